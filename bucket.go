@@ -1,0 +1,71 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A bucket is one shard of the queue: a pool hash, a zset of job IDs scored
+// by due time (and of reserved jobs, scored by lease deadline), and ready
+// lists per topic, all under one hash tag. Every change to a bucket is one
+// script over its keys.
+
+// push adds jobs that all belong to bucket b in one script call, and reports
+// for each whether it was created (false: its ID existed already).
+func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, error) {
+	bk := q.keys.bucket(b)
+	args := make([]any, 0, 3+7*len(jobs))
+	args = append(args, q.keys.wakeChannel(), q.keys.readyChannelPrefix(), b)
+	for _, j := range jobs {
+		args = append(args, j.id, j.topic, j.delayMs, j.runAtMs, j.ttrMs, j.maxAttempts, j.body)
+	}
+	res, err := scriptPush.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.readyPrefix}, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
+	}
+	if len(res) != len(jobs) {
+		return nil, fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), len(jobs))
+	}
+	created := make([]bool, len(res))
+	for i, r := range res {
+		created[i] = r == 1
+	}
+	return created, nil
+}
+
+// moveResult is what one move step did.
+type moveResult struct {
+	moved int
+	// next is how long until the bucket's next job is due; -1 when the
+	// bucket is empty.
+	next time.Duration
+	// held is how long another process still holds the lease; zero when
+	// this call held it.
+	held time.Duration
+	// contended is true when another process holds the lease.
+	contended bool
+}
+
+// moveDue moves up to a batch of due jobs of bucket b to their ready lists
+// (or dead letters), holding or taking the bucket's lease with token.
+func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResult, error) {
+	bk := q.keys.bucket(b)
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock}
+	res, err := scriptMove.Run(ctx, q.client, keys,
+		token, q.opts.lease.Milliseconds(), q.opts.batch, q.keys.readyChannelPrefix(), b).Int64Slice()
+	if err != nil {
+		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
+	}
+	if len(res) != 2 {
+		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, res)
+	}
+	if res[0] < 0 {
+		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
+	}
+	r := moveResult{moved: int(res[0]), next: -1}
+	if res[1] >= 0 {
+		r.next = time.Duration(res[1]) * time.Microsecond
+	}
+	return r, nil
+}

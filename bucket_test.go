@@ -1,0 +1,209 @@
+package delayqueue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// clockQueue is a one-bucket queue on miniredis with the server clock held
+// still, so a test moves time by hand.
+func clockQueue(t *testing.T, opts ...Option) (*DelayQueue, *miniredis.Miniredis, *redis.Client, func(time.Duration)) {
+	m := miniredis.RunT(t)
+	now := time.UnixMilli(1_700_000_000_000)
+	m.SetTime(now)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	q := newQueue(t, c, append([]Option{WithBuckets(1)}, opts...)...)
+	advance := func(d time.Duration) {
+		now = now.Add(d)
+		m.SetTime(now)
+	}
+	return q, m, c, advance
+}
+
+func TestMoveDue(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// seed pushes jobs and moves the clock; it returns the IDs to check.
+		seed      func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string
+		opts      []Option
+		moved     int
+		next      time.Duration
+		wantState State
+		attempts  int
+	}{
+		{
+			name: "a due job becomes ready",
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+				advance(time.Second)
+				return []string{id}
+			},
+			moved: 1, next: -1, wantState: StateReady,
+		},
+		{
+			name: "a job not yet due stays, and the next due time is returned",
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				id := pushed(t, q, &Job{Topic: "t", Delay: 2 * time.Second})
+				advance(1500 * time.Millisecond)
+				return []string{id}
+			},
+			moved: 0, next: 500 * time.Millisecond, wantState: StateDelayed,
+		},
+		{
+			name: "a due job is moved, a later one waits",
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+				pushed(t, q, &Job{Topic: "t", Delay: 3 * time.Second})
+				advance(time.Second)
+				return []string{id}
+			},
+			moved: 1, next: 2 * time.Second, wantState: StateReady,
+		},
+		{
+			name: "an expired reservation becomes ready again",
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				id := pushed(t, q, &Job{Topic: "t", TTR: 5 * time.Second})
+				job, st, err := q.reserve(ctx, 0, "t")
+				require.NoError(t, err)
+				require.Equal(t, reserved, st)
+				require.Equal(t, id, job.ID)
+				advance(5 * time.Second)
+				return []string{id}
+			},
+			moved: 1, next: -1, wantState: StateReady, attempts: 1,
+		},
+		{
+			name: "a reservation not yet expired stays",
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				id := pushed(t, q, &Job{Topic: "t", TTR: 5 * time.Second})
+				_, st, err := q.reserve(ctx, 0, "t")
+				require.NoError(t, err)
+				require.Equal(t, reserved, st)
+				advance(4 * time.Second)
+				return []string{id}
+			},
+			moved: 0, next: time.Second, wantState: StateReserved, attempts: 1,
+		},
+		{
+			name: "an expired reservation with no attempts left is dead",
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				id := pushed(t, q, &Job{Topic: "t", TTR: time.Second, MaxAttempts: 1})
+				_, st, err := q.reserve(ctx, 0, "t")
+				require.NoError(t, err)
+				require.Equal(t, reserved, st)
+				advance(time.Second)
+				return []string{id}
+			},
+			moved: 1, next: -1, wantState: StateDead, attempts: 1,
+		},
+		{
+			name: "a backlog moves one batch at a time",
+			opts: []Option{WithBatchSize(2)},
+			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
+				var ids []string
+				for i := range 5 {
+					ids = append(ids, pushed(t, q, &Job{Topic: "t", Delay: time.Duration(i+1) * time.Millisecond}))
+				}
+				advance(time.Second)
+				return ids[:2]
+			},
+			moved: 2, next: 0, wantState: StateReady,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, _, c, advance := clockQueue(t, tc.opts...)
+			ids := tc.seed(t, q, advance)
+			res, err := q.moveDue(ctx, 0, "token")
+			require.NoError(t, err)
+			assert.Equal(t, moveResult{moved: tc.moved, next: tc.next}, res)
+			for _, id := range ids {
+				job, err := q.Get(ctx, id)
+				require.NoError(t, err)
+				assert.Equal(t, tc.wantState, job.State)
+				assert.Equal(t, tc.attempts, job.Attempts)
+				bk := q.keys.bucket(0)
+				inReady, err := c.LPos(ctx, bk.ready("t"), id, redis.LPosArgs{}).Result()
+				if tc.wantState == StateReady {
+					assert.NoError(t, err, "a ready job is in its ready list")
+					assert.GreaterOrEqual(t, inReady, int64(0))
+				}
+				_, zerr := c.ZScore(ctx, bk.zset, id).Result()
+				assert.Equal(t, tc.wantState == StateDelayed || tc.wantState == StateReserved, zerr == nil,
+					"only delayed and reserved jobs are in the bucket")
+				_, derr := c.ZScore(ctx, bk.dead("t"), id).Result()
+				assert.Equal(t, tc.wantState == StateDead, derr == nil, "only dead jobs are in the dead letters")
+			}
+		})
+	}
+}
+
+func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
+	ctx := context.Background()
+	q, _, c, advance := clockQueue(t)
+	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	advance(time.Second)
+	require.NoError(t, c.Set(ctx, q.keys.bucket(0).lock, "other", 20*time.Second).Err())
+
+	res, err := q.moveDue(ctx, 0, "mine")
+	require.NoError(t, err)
+	assert.True(t, res.contended)
+	assert.Equal(t, 20*time.Second, res.held)
+	job, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateDelayed, job.State, "a handler without the lease moves nothing")
+
+	ok, err := q.unlock(ctx, 0, "mine")
+	require.NoError(t, err)
+	assert.False(t, ok, "a handler cannot release a lease it does not hold")
+
+	require.NoError(t, c.Del(ctx, q.keys.bucket(0).lock).Err())
+	res, err = q.moveDue(ctx, 0, "mine")
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.moved, "a free lease is taken")
+	holder, err := c.Get(ctx, q.keys.bucket(0).lock).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "mine", holder)
+	ok, err = q.unlock(ctx, 0, "mine")
+	require.NoError(t, err)
+	assert.True(t, ok)
+}
+
+func TestMoveIsSafeToRunTwice(t *testing.T) {
+	ctx := context.Background()
+	q, _, c, advance := clockQueue(t)
+	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	advance(time.Second)
+	for range 2 {
+		_, err := q.moveDue(ctx, 0, "token")
+		require.NoError(t, err)
+	}
+	ids, err := c.LRange(ctx, q.keys.bucket(0).ready("t"), 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{id}, ids, "a job is moved once")
+}
+
+func TestPushIsSafeToRunTwice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		a, err := q.opts.prepare(&Job{ID: "order-7", Topic: "t", Delay: time.Hour})
+		require.NoError(t, err)
+		first, err := q.push(ctx, 0, []pushArgs{a})
+		require.NoError(t, err)
+		again, err := q.push(ctx, 0, []pushArgs{a}) // as go-redis re-sends after a read timeout
+		require.NoError(t, err)
+		assert.Equal(t, []bool{true}, first)
+		assert.Equal(t, []bool{false}, again)
+		n, err := be.client.ZCard(ctx, q.keys.bucket(0).zset).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+	})
+}

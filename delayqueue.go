@@ -1,0 +1,244 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bwmarrin/snowflake"
+	"github.com/redis/go-redis/v9"
+)
+
+// DelayQueue is a delay queue on Redis. Producers Push jobs; handlers started
+// by Start move them to their topic's ready list when they are due; consumers
+// Pop them and Finish them. A DelayQueue is safe for concurrent use; many
+// processes may open the same queue on the same Redis.
+type DelayQueue struct {
+	client redis.UniversalClient
+	opts   options
+	keys   keyspace
+	ids    *snowflake.Node
+	rotor  atomic.Uint32 // where the next Pop starts looking
+
+	closed atomic.Bool
+	done   chan struct{} // closed by Close: ends waiting Pops
+
+	mu       sync.Mutex // guards the fields below
+	started  bool
+	cancel   context.CancelFunc // ends the handlers
+	handlers []*handler
+	stopped  chan struct{} // closed when every handler has returned
+	notes    *notifier
+
+	closeMu  sync.Mutex
+	finished bool
+}
+
+// initTimeout bounds the one round trip of New, which has no context.
+const initTimeout = 10 * time.Second
+
+// New opens the queue in Redis through client, which may be a single server,
+// a Sentinel failover client or a Cluster client. It records the bucket count
+// on first use, and otherwise checks it: a disagreement returns
+// ErrBucketMismatch. Bad options return ErrInvalidOption. New talks to Redis
+// once, for at most 10 seconds, and starts no goroutine; the client is never
+// closed by the queue.
+func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		opt.apply(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	q := &DelayQueue{
+		client: client,
+		opts:   o,
+		keys:   newKeyspace(o.name, o.buckets),
+		done:   make(chan struct{}),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
+	defer cancel()
+	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("delayqueue: open queue %q: unexpected reply %v", o.name, res)
+	}
+	if int(res[0]) != o.buckets {
+		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], o.buckets)
+	}
+	// Node numbers come from a counter in Redis, so two processes share one
+	// only after 1024 others opened the queue in between; and push.lua never
+	// overwrites an existing ID even then.
+	q.ids, err = snowflake.NewNode((res[1] - 1) % 1024)
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: id generator: %w", err)
+	}
+	return q, nil
+}
+
+// Start runs one handler goroutine per bucket, which moves due jobs to their
+// ready lists while it holds the bucket's lease. ctx bounds the start-up
+// only; the handlers run until Close. Start logs a warning when Redis may
+// evict keys. It returns ErrStarted when called twice and ErrClosed after
+// Close.
+func (q *DelayQueue) Start(ctx context.Context) error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.started {
+		return ErrStarted
+	}
+	q.warnEviction(ctx)
+	n, err := q.notifierLocked(ctx)
+	if err != nil {
+		return err
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	q.handlers = make([]*handler, q.opts.buckets)
+	for b := range q.handlers {
+		q.handlers[b] = newHandler(q, b)
+	}
+	n.setHandlers(q.handlers)
+	var wg sync.WaitGroup
+	for _, h := range q.handlers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.run(hctx)
+		}()
+	}
+	q.stopped = make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(q.stopped)
+	}()
+	q.started, q.cancel = true, cancel
+	return nil
+}
+
+// Close stops the handlers, releases their leases so that other processes
+// take the buckets over at once, and ends waiting Pops with ErrClosed. It
+// waits for every goroutine of the queue, or returns ctx.Err() when ctx ends
+// first. Jobs stay in Redis. Calling Close again returns nil once the first
+// call has finished.
+func (q *DelayQueue) Close(ctx context.Context) error {
+	q.closeMu.Lock()
+	defer q.closeMu.Unlock()
+	if q.finished {
+		return nil
+	}
+	if q.closed.CompareAndSwap(false, true) {
+		close(q.done)
+	}
+	q.mu.Lock()
+	cancel, stopped, handlers, notes := q.cancel, q.stopped, q.handlers, q.notes
+	q.mu.Unlock()
+
+	var errs []error
+	if cancel != nil {
+		cancel()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, h := range handlers {
+			if err := h.release(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if notes != nil {
+		if err := notes.close(ctx); err != nil {
+			return err
+		}
+	}
+	q.finished = true
+	return errors.Join(errs...)
+}
+
+// notifierLocked returns the queue's pub/sub listener, starting it on first
+// use. q.mu must be held.
+func (q *DelayQueue) notifierLocked(ctx context.Context) (*notifier, error) {
+	if q.notes != nil {
+		return q.notes, nil
+	}
+	n, err := newNotifier(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	q.notes = n
+	return n, nil
+}
+
+func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
+	return q.notifierLocked(ctx)
+}
+
+// Push adds a job and returns its ID: the job's own ID when it has one, else
+// a new unique one. The job is due after job.Delay on the Redis server's
+// clock, or at job.RunAt. A job with an ID that exists already is not pushed
+// again, and Push returns its ID with no error: a retried Push creates one
+// job. Push returns an error matching ErrInvalidJob for a job it refuses,
+// and ErrClosed after Close. It is safe for concurrent use.
+func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
+	if q.closed.Load() {
+		return "", ErrClosed
+	}
+	a, err := q.opts.prepare(job)
+	if err != nil {
+		return "", err
+	}
+	if a.id == "" {
+		a.id = q.ids.Generate().String()
+	}
+	if _, err := q.push(ctx, bucketOf(a.id, q.opts.buckets), []pushArgs{a}); err != nil {
+		return "", err
+	}
+	return a.id, nil
+}
+
+// warnEviction logs a warning for every Redis master whose maxmemory-policy
+// lets it evict keys: a job evicted that way is lost without a trace. A
+// server that refuses CONFIG (as managed services may) is only noted at
+// debug level.
+func (q *DelayQueue) warnEviction(ctx context.Context) {
+	check := func(ctx context.Context, c redis.Cmdable, addr string) {
+		cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			q.opts.logger.Debug("delayqueue: cannot read maxmemory-policy", "addr", addr, attrError, err)
+			return
+		}
+		if p, ok := cfg["maxmemory-policy"]; ok && p != "noeviction" {
+			q.opts.logger.Warn("delayqueue: Redis may evict keys, and jobs with them; set maxmemory-policy to noeviction",
+				"addr", addr, "maxmemory-policy", p)
+		}
+	}
+	if cc, ok := q.client.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			check(ctx, c, c.Options().Addr)
+			return nil
+		})
+		return
+	}
+	check(ctx, q.client, "")
+}

@@ -1,0 +1,38 @@
+package delayqueue
+
+import "errors"
+
+// Errors returned by the queue. Match them with errors.Is: the returned error
+// usually wraps one of these with detail.
+var (
+	// ErrNoJob is returned by Pop when no job became ready within its timeout.
+	ErrNoJob = errors.New("delayqueue: no job ready")
+	// ErrNotFound is returned when no job has the given ID: it never existed,
+	// was finished, or was removed.
+	ErrNotFound = errors.New("delayqueue: job not found")
+	// ErrNotReserved is returned by Finish for a job that exists but is not
+	// reserved by a consumer (it is delayed, ready or dead).
+	ErrNotReserved = errors.New("delayqueue: job not reserved")
+	// ErrInvalidJob is returned for a job that cannot be pushed: nil, a bad
+	// topic or ID, a negative delay or TTR, a body over the limit. Nothing is
+	// written to Redis.
+	ErrInvalidJob = errors.New("delayqueue: invalid job")
+	// ErrInvalidTopic is returned for an empty, over-long or malformed topic.
+	// It comes wrapped together with ErrInvalidJob when a job carries it.
+	ErrInvalidTopic = errors.New("delayqueue: invalid topic")
+	// ErrBodyTooLarge is returned, together with ErrInvalidJob, for a body
+	// over the limit set by WithMaxBodySize.
+	ErrBodyTooLarge = errors.New("delayqueue: body too large")
+	// ErrInvalidID is returned for an ID that no job can have (empty, too
+	// long, or holding control characters).
+	ErrInvalidID = errors.New("delayqueue: invalid job id")
+	// ErrInvalidOption is returned by New for an option out of range.
+	ErrInvalidOption = errors.New("delayqueue: invalid option")
+	// ErrBucketMismatch is returned by New when the queue's data in Redis was
+	// written with a different bucket count.
+	ErrBucketMismatch = errors.New("delayqueue: bucket count differs from the one stored in Redis")
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("delayqueue: queue closed")
+	// ErrStarted is returned by Start when the queue was started already.
+	ErrStarted = errors.New("delayqueue: queue already started")
+)

@@ -1,0 +1,172 @@
+package delayqueue
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Log attribute keys.
+const (
+	attrBucket = "bucket"
+	attrTopic  = "topic"
+	attrJobID  = "job_id"
+	attrError  = "error"
+)
+
+// handler moves the due jobs of one bucket while it holds the bucket's lease.
+// It sleeps until the bucket's next job is due, a push makes an earlier job
+// the bucket's first, the lease needs renewing, or the safety poll comes.
+type handler struct {
+	q     *DelayQueue
+	b     int
+	token string
+	sig   chan struct{} // buffered: a wake-up is waiting in wakeAt or free
+
+	mu     sync.Mutex
+	wakeAt time.Time // the earliest wake-up asked for since the last look
+	free   bool      // the lease holder released the lease
+
+	// Owned by the handler goroutine, and read by Close once it has ended.
+	held     bool // the last move held the lease
+	failures int  // consecutive Redis errors
+}
+
+func newHandler(q *DelayQueue, b int) *handler {
+	return &handler{q: q, b: b, token: newToken(), sig: make(chan struct{}, 1)}
+}
+
+// wake asks the handler to move jobs after delay, when it holds the lease.
+func (h *handler) wake(delay time.Duration) {
+	at := time.Now().Add(delay)
+	h.mu.Lock()
+	if h.wakeAt.IsZero() || at.Before(h.wakeAt) {
+		h.wakeAt = at
+	}
+	h.mu.Unlock()
+	h.signal()
+}
+
+// leaseFreed tells a handler without the lease that it may take it now.
+func (h *handler) leaseFreed() {
+	h.mu.Lock()
+	h.free = true
+	h.mu.Unlock()
+	h.signal()
+}
+
+func (h *handler) signal() {
+	select {
+	case h.sig <- struct{}{}:
+	default:
+	}
+}
+
+func (h *handler) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := h.step(ctx)
+		if !h.sleep(ctx, timer, wait) {
+			return
+		}
+	}
+}
+
+// step moves one batch and returns how long to wait before the next.
+func (h *handler) step(ctx context.Context) time.Duration {
+	log := h.q.opts.logger
+	res, err := h.q.moveDue(ctx, h.b, h.token)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		h.held = false
+		h.failures++
+		if h.failures == 1 {
+			log.Warn("delayqueue: handler cannot reach Redis; retrying", attrBucket, h.b, attrError, err)
+		} else {
+			log.Debug("delayqueue: handler still failing", attrBucket, h.b, attrError, err, "failures", h.failures)
+		}
+		return retryBackoff(h.failures)
+	}
+	if h.failures > 0 {
+		log.Info("delayqueue: handler reached Redis again", attrBucket, h.b, "failures", h.failures)
+		h.failures = 0
+	}
+	if res.contended {
+		h.held = false
+		// Try again when the holder's lease would run out, unless it
+		// renews it; a released lease wakes us earlier.
+		return res.held + rand.N(h.q.opts.lease/10+time.Millisecond)
+	}
+	h.held = true
+	if res.moved > 0 {
+		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
+	}
+	if res.moved >= h.q.opts.batch {
+		return 0 // a backlog: drain it batch by batch
+	}
+	wait := min(h.q.opts.lease/3, h.q.opts.poll)
+	if res.next >= 0 && res.next < wait {
+		wait = res.next
+	}
+	return wait
+}
+
+// sleep waits for wait, or less when woken for an earlier due job (or, when
+// the handler has no lease, for a freed lease). It returns false when ctx
+// ends.
+func (h *handler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	deadline := time.Now().Add(wait)
+	timer.Reset(wait)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return true
+		case <-h.sig:
+			h.mu.Lock()
+			at, free := h.wakeAt, h.free
+			h.wakeAt, h.free = time.Time{}, false
+			h.mu.Unlock()
+			if !h.held {
+				if free {
+					return true
+				}
+				continue
+			}
+			if !at.IsZero() && at.Before(deadline) {
+				deadline = at
+				d := time.Until(deadline)
+				if d <= 0 {
+					return true
+				}
+				timer.Reset(d)
+			}
+		}
+	}
+}
+
+// release gives up the lease at Close, if this handler holds it.
+func (h *handler) release(ctx context.Context) error {
+	if !h.held {
+		return nil
+	}
+	h.held = false
+	_, err := h.q.unlock(ctx, h.b, h.token)
+	return err
+}
+
+// retryBackoff is the wait after n consecutive Redis errors: 50ms doubling
+// up to 5s, with jitter so that handlers do not retry in step.
+func retryBackoff(n int) time.Duration {
+	d := 50 * time.Millisecond << min(n-1, 7)
+	d = min(d, 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,158 @@
+package delayqueue
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	redistest.StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// backend is one Redis the behaviour tests run against.
+type backend struct {
+	client *redis.Client
+	mini   *miniredis.Miniredis // nil on a real redis-server
+	server *redistest.Server    // nil on miniredis
+}
+
+// forEachBackend runs f against miniredis and against a real redis-server.
+func forEachBackend(t *testing.T, f func(t *testing.T, be backend)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		f(t, backend{client: c, mini: m})
+	})
+	t.Run("redis", func(t *testing.T) {
+		s := redistest.Shared(t)
+		f(t, backend{client: s.Client(t), server: s})
+	})
+}
+
+var nameSeq atomic.Int64
+var nameChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// uniqueName gives each test its own queue on a shared Redis.
+func uniqueName(t testing.TB) string {
+	n := nameChars.ReplaceAllString(t.Name(), "_")
+	if len(n) > 40 {
+		n = n[len(n)-40:]
+	}
+	return fmt.Sprintf("%s.%d", n, nameSeq.Add(1))
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// newQueue opens a queue with a name of its own (unless opts name one) and
+// closes it when the test ends.
+func newQueue(t testing.TB, c redis.UniversalClient, opts ...Option) *DelayQueue {
+	t.Helper()
+	opts = append([]Option{WithName(uniqueName(t)), WithLogger(discard)}, opts...)
+	q, err := New(c, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { closeQueue(t, q) })
+	return q
+}
+
+func closeQueue(t testing.TB, q *DelayQueue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, q.Close(ctx))
+}
+
+func startQueue(t testing.TB, q *DelayQueue) {
+	t.Helper()
+	require.NoError(t, q.Start(context.Background()))
+}
+
+// capture is a slog handler that keeps records for assertions.
+type capture struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (c *capture) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(lockedWriter{c}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func (c *capture) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+type lockedWriter struct{ c *capture }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	return w.c.buf.Write(p)
+}
+
+// serverMs reads the Redis server's clock in milliseconds.
+func serverMs(t testing.TB, c redis.UniversalClient) int64 {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return now.UnixMilli()
+}
+
+// keysOf lists every key in Redis, sorted.
+func keysOf(t testing.TB, c redis.UniversalClient) []string {
+	t.Helper()
+	keys, err := c.Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	slices.Sort(keys)
+	return keys
+}
+
+// pushed pushes a job and fails the test on error.
+func pushed(t testing.TB, q *DelayQueue, job *Job) string {
+	t.Helper()
+	id, err := q.Push(context.Background(), job)
+	require.NoError(t, err)
+	return id
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// miniredisClient returns a client of a fresh miniredis.
+func miniredisClient(t *testing.T) *redis.Client {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

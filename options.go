@@ -1,0 +1,109 @@
+package delayqueue
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+)
+
+// Option configures a DelayQueue in New. Only this package creates options:
+// use the With functions.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	name        string
+	buckets     int
+	ttr         time.Duration
+	maxAttempts int
+	maxBody     int
+	lease       time.Duration
+	batch       int
+	poll        time.Duration
+	logger      *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		name:        "default",
+		buckets:     8,
+		ttr:         30 * time.Second,
+		maxAttempts: 10,
+		maxBody:     1 << 20,
+		lease:       30 * time.Second,
+		batch:       500,
+		poll:        10 * time.Second,
+		logger:      slog.Default(),
+	}
+}
+
+// WithName sets the queue's name, which prefixes all of its keys. Queues with
+// different names on one Redis are independent. Default: "default".
+// A name is 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'.
+func WithName(name string) Option { return optionFunc(func(o *options) { o.name = name }) }
+
+// WithBuckets sets how many buckets (shards) the queue has. Default: 8.
+// It is fixed for the life of the queue's data: New fails with
+// ErrBucketMismatch when it disagrees with the number stored in Redis.
+// On Redis Cluster, more buckets spread one queue over more masters.
+func WithBuckets(n int) Option { return optionFunc(func(o *options) { o.buckets = n }) }
+
+// WithDefaultTTR sets the time-to-run of jobs pushed without one: how long a
+// consumer may hold a popped job before it is delivered again. Default: 30s.
+func WithDefaultTTR(d time.Duration) Option { return optionFunc(func(o *options) { o.ttr = d }) }
+
+// WithMaxAttempts sets how many times a job pushed without its own
+// MaxAttempts is delivered before it goes to the dead letters. Default: 10.
+func WithMaxAttempts(n int) Option { return optionFunc(func(o *options) { o.maxAttempts = n }) }
+
+// WithMaxBodySize sets the largest body Push accepts, in bytes. Default: 1 MiB.
+func WithMaxBodySize(n int) Option { return optionFunc(func(o *options) { o.maxBody = n }) }
+
+// WithLease sets how long a bucket's handler lease lasts without renewal.
+// A handler renews it every third of this; when a process dies, another takes
+// its buckets over within one lease. Default: 30s.
+func WithLease(d time.Duration) Option { return optionFunc(func(o *options) { o.lease = d }) }
+
+// WithBatchSize sets how many due jobs one script call moves at most, which
+// bounds how long a call holds Redis when a backlog drains. Default: 500.
+func WithBatchSize(n int) Option { return optionFunc(func(o *options) { o.batch = n }) }
+
+// WithSafetyPoll sets how often an idle handler and a waiting Pop look at
+// Redis without being woken, to cover a lost wake-up. Wake-ups are lost only
+// when the pub/sub connection drops, and a reconnect triggers a fresh look
+// too, so this can be long. Default: 10s.
+func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options) { o.poll = d }) }
+
+// WithLogger sets the logger for the handlers' errors and warnings.
+// Default: slog.Default().
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func (o *options) validate() error {
+	switch {
+	case !validName.MatchString(o.name):
+		return fmt.Errorf("%w: name %q: want 1 to 64 of A-Z a-z 0-9 _ - .", ErrInvalidOption, o.name)
+	case o.buckets < 1 || o.buckets > 4096:
+		return fmt.Errorf("%w: buckets %d: want 1 to 4096", ErrInvalidOption, o.buckets)
+	case o.ttr < time.Millisecond:
+		return fmt.Errorf("%w: default TTR %v: want at least 1ms", ErrInvalidOption, o.ttr)
+	case o.maxAttempts < 1:
+		return fmt.Errorf("%w: max attempts %d: want at least 1", ErrInvalidOption, o.maxAttempts)
+	case o.maxBody < 1:
+		return fmt.Errorf("%w: max body size %d: want at least 1", ErrInvalidOption, o.maxBody)
+	case o.lease < 30*time.Millisecond:
+		return fmt.Errorf("%w: lease %v: want at least 30ms", ErrInvalidOption, o.lease)
+	case o.batch < 1 || o.batch > 5000:
+		return fmt.Errorf("%w: batch size %d: want 1 to 5000", ErrInvalidOption, o.batch)
+	case o.poll < time.Millisecond:
+		return fmt.Errorf("%w: safety poll %v: want at least 1ms", ErrInvalidOption, o.poll)
+	case o.logger == nil:
+		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The pool is each bucket's hash of job ID -> encoded job. A job exists
+// exactly while its ID is in the pool; its state is part of the encoding.
+
+// Get returns the job with the given ID as it is now, with its State and
+// Attempts. It returns ErrNotFound when no such job exists (it was finished,
+// removed, or never pushed) and ErrInvalidID for an ID no job can have.
+func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
+	b, err := q.bucketOfID(id)
+	if err != nil {
+		return nil, err
+	}
+	v, err := q.client.HGet(ctx, q.keys.bucket(b).pool, id).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: get %q: %w", id, err)
+	}
+	return decodeJob(id, v)
+}
+
+// Finish marks a reserved job done and deletes it. It returns ErrNotFound
+// when no such job exists and ErrNotReserved when the job is not reserved
+// (its reservation ran out and it went back to ready, say). A Finish whose
+// reply was lost and that the client re-sent returns ErrNotFound although the
+// job was finished: treat ErrNotFound from Finish as "already gone".
+func (q *DelayQueue) Finish(ctx context.Context, id string) error {
+	b, err := q.bucketOfID(id)
+	if err != nil {
+		return err
+	}
+	bk := q.keys.bucket(b)
+	r, err := scriptFinish.Run(ctx, q.client, []string{bk.pool, bk.zset}, id).Int64()
+	if err != nil {
+		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
+	}
+	switch r {
+	case 0:
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case -1:
+		return fmt.Errorf("%w: %q", ErrNotReserved, id)
+	}
+	return nil
+}
+
+// Remove cancels a job in any state: it will not be delivered (again). It
+// costs O(log n). It returns ErrNotFound when no such job exists.
+func (q *DelayQueue) Remove(ctx context.Context, id string) error {
+	b, err := q.bucketOfID(id)
+	if err != nil {
+		return err
+	}
+	bk := q.keys.bucket(b)
+	r, err := scriptRemove.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.deadPrefix}, id).Int64()
+	if err != nil {
+		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
+	}
+	if r == 0 {
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return nil
+}
+
+// bucketOfID checks an ID given by the caller and returns its bucket.
+func (q *DelayQueue) bucketOfID(id string) (int, error) {
+	if q.closed.Load() {
+		return 0, ErrClosed
+	}
+	if err := validateID(id); err != nil {
+		return 0, err
+	}
+	return bucketOf(id, q.opts.buckets), nil
+}

@@ -1,0 +1,163 @@
+package delayqueue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestGetShowsStateAndDueTime(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		before := serverMs(t, be.client)
+		id := pushed(t, q, &Job{Topic: "t", Body: []byte("b"), Delay: time.Hour, TTR: 2 * time.Second, MaxAttempts: 3})
+		after := serverMs(t, be.client)
+		job, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, id, job.ID)
+		assert.Equal(t, StateDelayed, job.State)
+		assert.Equal(t, 2*time.Second, job.TTR)
+		assert.Equal(t, 3, job.MaxAttempts)
+		assert.Equal(t, 0, job.Attempts)
+		due := job.RunAt.UnixMilli()
+		assert.GreaterOrEqual(t, due, before+time.Hour.Milliseconds(), "due one hour after push on the server's clock")
+		assert.LessOrEqual(t, due, after+time.Hour.Milliseconds())
+
+		_, err = q.Get(ctx, "no-such-job")
+		assert.ErrorIs(t, err, ErrNotFound)
+		_, err = q.Get(ctx, "")
+		assert.ErrorIs(t, err, ErrInvalidID)
+	})
+}
+
+func TestPushDefaultsAndRunAt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithDefaultTTR(7*time.Second), WithMaxAttempts(4))
+		runAt := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		id := pushed(t, q, &Job{Topic: "t", RunAt: runAt})
+		job, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, runAt.UnixMilli(), job.RunAt.UnixMilli(), "RunAt is kept as given")
+		assert.Equal(t, 7*time.Second, job.TTR)
+		assert.Equal(t, 4, job.MaxAttempts)
+
+		past := pushed(t, q, &Job{Topic: "t", RunAt: time.Now().Add(-time.Hour)})
+		job, err = q.Get(ctx, past)
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, job.State, "a job due in the past is ready at once")
+	})
+}
+
+func TestCallerIDMakesPushIdempotent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		for range 3 {
+			id, err := q.Push(ctx, &Job{ID: "order-42", Topic: "t", Body: []byte("first")})
+			require.NoError(t, err)
+			assert.Equal(t, "order-42", id)
+		}
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, []byte("first"), job.Body)
+		_, err = q.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "one job, one delivery")
+
+		// While the job exists, even a different body does not replace it.
+		_, err = q.Push(ctx, &Job{ID: "order-42", Topic: "t", Body: []byte("second")})
+		require.NoError(t, err)
+		got, err := q.Get(ctx, "order-42")
+		require.NoError(t, err)
+		assert.Equal(t, []byte("first"), got.Body)
+		assert.Equal(t, StateReserved, got.State)
+
+		// Once it is gone, the ID can be used again.
+		require.NoError(t, q.Finish(ctx, "order-42"))
+		_, err = q.Push(ctx, &Job{ID: "order-42", Topic: "t", Body: []byte("third")})
+		require.NoError(t, err)
+		job, err = q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, []byte("third"), job.Body)
+	})
+}
+
+func TestFinish(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		id := pushed(t, q, &Job{Topic: "t"})
+		assert.ErrorIs(t, q.Finish(ctx, id), ErrNotReserved, "a ready job cannot be finished")
+
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Finish(ctx, job.ID))
+		_, err = q.Get(ctx, id)
+		assert.ErrorIs(t, err, ErrNotFound, "a finished job is gone")
+		assert.ErrorIs(t, q.Finish(ctx, id), ErrNotFound, "a second finish changes nothing")
+		assert.ErrorIs(t, q.Finish(ctx, "never-pushed"), ErrNotFound)
+		assert.ErrorIs(t, q.Finish(ctx, ""), ErrInvalidID)
+
+		delayed := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+		assert.ErrorIs(t, q.Finish(ctx, delayed), ErrNotReserved)
+		got, err := q.Get(ctx, delayed)
+		require.NoError(t, err)
+		assert.Equal(t, StateDelayed, got.State, "a refused finish changes nothing")
+	})
+}
+
+func TestRemoveCancelsInEveryState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+
+		delayed := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+		ready := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, q.Remove(ctx, delayed))
+		require.NoError(t, q.Remove(ctx, ready))
+		_, err := q.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "a removed ready job is skipped, not delivered")
+
+		pushed(t, q, &Job{Topic: "t"})
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Remove(ctx, job.ID))
+		assert.ErrorIs(t, q.Finish(ctx, job.ID), ErrNotFound, "a removed reserved job cannot be finished")
+
+		for _, id := range []string{delayed, ready, job.ID} {
+			_, err := q.Get(ctx, id)
+			assert.ErrorIs(t, err, ErrNotFound)
+			assert.ErrorIs(t, q.Remove(ctx, id), ErrNotFound)
+		}
+		bk := q.keys.bucket(0)
+		n, err := be.client.ZCard(ctx, bk.zset).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing is left in the bucket")
+		n, err = be.client.HLen(ctx, bk.pool).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing is left in the pool")
+	})
+}
+
+func TestRemoveDeadJob(t *testing.T) {
+	ctx := context.Background()
+	q, _, c, advance := clockQueue(t)
+	id := pushed(t, q, &Job{Topic: "t", TTR: time.Second, MaxAttempts: 1})
+	_, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	advance(time.Second)
+	_, err = q.moveDue(ctx, 0, "token")
+	require.NoError(t, err)
+	job, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, StateDead, job.State)
+
+	require.NoError(t, q.Remove(ctx, id))
+	n, err := c.ZCard(ctx, q.keys.bucket(0).dead("t")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a removed dead job leaves the dead letters")
+}

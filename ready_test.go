@@ -1,0 +1,163 @@
+package delayqueue
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPopReturnsErrNoJobWhenNothingIsReady(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+		_, err := q.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob)
+		_, err = q.Pop(ctx, "t", 20*time.Millisecond)
+		assert.ErrorIs(t, err, ErrNoJob)
+		_, err = q.Pop(ctx, "other", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "topics are separate")
+		_, err = q.Pop(ctx, "a{b", time.Second)
+		assert.ErrorIs(t, err, ErrInvalidTopic)
+	})
+}
+
+func TestPopEndsWithItsContextAndWithClose(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		q := newQueue(t, be.client)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := q.Pop(ctx, "t", time.Hour)
+			errc <- err
+		}()
+		cancel()
+		assert.ErrorIs(t, <-errc, context.Canceled)
+
+		go func() {
+			_, err := q.Pop(context.Background(), "t", time.Hour)
+			errc <- err
+		}()
+		closeQueue(t, q)
+		assert.ErrorIs(t, <-errc, ErrClosed)
+	})
+}
+
+func TestPopIsWokenWhenAJobBecomesReady(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		// With an hour-long safety poll, only a wake-up can deliver the
+		// job before the Pop's timeout.
+		q := newQueue(t, be.client, WithSafetyPoll(time.Hour), WithLease(time.Hour))
+		startQueue(t, q)
+		got := make(chan *Job, 1)
+		go func() {
+			job, err := q.Pop(ctx, "t", time.Minute)
+			assert.NoError(t, err)
+			got <- job
+		}()
+		// Wait until the Pop is subscribed and waiting, then push.
+		n, err := q.notifier(ctx)
+		require.NoError(t, err)
+		_, err = n.watch(ctx, "t")
+		require.NoError(t, err)
+		id := pushed(t, q, &Job{Topic: "t", Delay: 100 * time.Millisecond})
+		job := <-got
+		require.NotNil(t, job)
+		assert.Equal(t, id, job.ID)
+	})
+}
+
+func TestPopSkipsStaleIDs(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		var removed []string
+		for i := range staleSkips + 10 {
+			removed = append(removed, pushed(t, q, &Job{ID: "gone-" + strconv.Itoa(i), Topic: "t"}))
+		}
+		keep := pushed(t, q, &Job{Topic: "t", Body: []byte("keep")})
+		for _, id := range removed {
+			require.NoError(t, q.Remove(ctx, id))
+		}
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err, "more stale IDs than one call drops are skipped too")
+		assert.Equal(t, keep, job.ID)
+		assert.Equal(t, 1, job.Attempts)
+		assert.Equal(t, StateReserved, job.State)
+	})
+}
+
+func TestTopicWatch(t *testing.T) {
+	w := newTopicWatch(4)
+	b, v, _ := w.candidates(1, false)
+	assert.Equal(t, []int{1, 2, 3, 0}, b, "every bucket is a candidate at first")
+	for i := range b {
+		w.forget(b[i], v[i])
+	}
+	b, _, changed := w.candidates(0, false)
+	assert.Empty(t, b)
+	b, _, _ = w.candidates(2, true)
+	assert.Equal(t, []int{2, 3, 0, 1}, b, "all lists every bucket")
+
+	w.notify(2)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a notification wakes waiters")
+	}
+	b, v, _ = w.candidates(0, false)
+	assert.Equal(t, []int{2}, b)
+
+	w.notify(2) // arrives while bucket 2 is being looked at
+	w.forget(2, v[0])
+	b, _, _ = w.candidates(0, false)
+	assert.Equal(t, []int{2}, b, "a notification after the look keeps the bucket")
+
+	w.notify(99) // from a queue with more buckets: ignored
+	w.recheckAll()
+	b, _, _ = w.candidates(0, false)
+	assert.Len(t, b, 4)
+}
+
+func TestIdlePopSendsRedisAlmostNothing(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	c := s.Client(t)
+	q := newQueue(t, c, WithSafetyPoll(time.Hour))
+	_, err := q.Pop(ctx, "t", 0) // subscribe and look once
+	require.ErrorIs(t, err, ErrNoJob)
+	before := commandCalls(t, c)
+	_, err = q.Pop(ctx, "t", 500*time.Millisecond)
+	require.ErrorIs(t, err, ErrNoJob)
+	after := commandCalls(t, c)
+	assert.LessOrEqual(t, after["evalsha"]-before["evalsha"], int64(q.opts.buckets),
+		"a waiting Pop looks at each bucket at most once, then waits for a wake-up")
+}
+
+// commandCalls reads INFO commandstats: command name -> calls.
+func commandCalls(t *testing.T, c redis.UniversalClient) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if n, ok := strings.CutPrefix(kv, "calls="); ok {
+				calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+	}
+	return calls
+}

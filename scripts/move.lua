@@ -1,0 +1,61 @@
+-- move.lua: move due job IDs of one bucket to their topics' ready lists.
+-- Holds the bucket's lease while it works: the caller's token takes a free
+-- lease or extends its own; a lease held by another token moves nothing.
+-- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
+-- KEYS[4] dead-letter key prefix  KEYS[5] lease lock
+-- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
+-- ARGV[4] ready channel prefix  ARGV[5] bucket index
+-- returns {moved, next_due_in_us or -1}, or {-1, lease_ttl_ms} when another
+-- token holds the lease.
+-- A due delayed job becomes ready; an expired reservation becomes ready again,
+-- or dead when its attempts ran out. Running it twice moves nothing twice:
+-- every moved ID leaves the bucket in the same call.
+
+local bucket, pool, ready_prefix, dead_prefix, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ready_channel, b = ARGV[4], ARGV[5]
+
+local holder = redis.call('GET', lock)
+if holder == false then
+  redis.call('SET', lock, token, 'PX', lease)
+elseif holder == token then
+  redis.call('PEXPIRE', lock, lease)
+else
+  return {-1, redis.call('PTTL', lock)}
+end
+
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
+local pushed = {}
+
+for _, id in ipairs(ids) do
+  local v = redis.call('HGET', pool, id)
+  if v then
+    local job = decode(v)
+    if job.state == RESERVED and job.attempts >= job.max then
+      job.state, job.at = DEAD, now_ms
+      redis.call('ZADD', dead_prefix .. job.topic, now_ms, id)
+      redis.call('HSET', pool, id, encode(job))
+    elseif job.state == DELAYED or job.state == RESERVED then
+      job.state, job.at = READY, now_ms
+      redis.call('HSET', pool, id, encode(job))
+      local n = redis.call('RPUSH', ready_prefix .. job.topic, id)
+      -- Consumers are told when a list stops being empty; while it is not
+      -- empty they keep popping without being told.
+      if n == 1 and not pushed[job.topic] then
+        redis.call('PUBLISH', ready_channel .. job.topic, b)
+      end
+      pushed[job.topic] = true
+    end
+  end
+end
+if #ids > 0 then
+  redis.call('ZREM', bucket, unpack(ids))
+end
+
+local next_due = earliest(bucket)
+if next_due == nil then
+  return {#ids, -1}
+end
+return {#ids, math.max(0, next_due * 1000 - now)}

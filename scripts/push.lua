@@ -1,0 +1,53 @@
+-- push.lua: add jobs to one bucket; a job whose ID exists already is left alone.
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
+-- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] bucket index
+-- ARGV[4..] seven values per job:
+--   id, topic, delay_ms (-1 when run_at_ms holds the due time), run_at_ms,
+--   ttr_ms, max_attempts, body
+-- returns one integer per job: 1 created, 0 the ID existed already
+-- Running it twice creates nothing new: the second run finds every ID.
+
+local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
+local wake, ready_channel, b = ARGV[1], ARGV[2], ARGV[3]
+
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local created, first_due = {}, nil
+local notified = {}
+
+for i = 4, #ARGV, 7 do
+  local id, topic = ARGV[i], ARGV[i + 1]
+  if redis.call('HEXISTS', pool, id) == 1 then
+    created[#created + 1] = 0
+  else
+    local delay, due = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    if delay >= 0 then
+      due = now_ms + delay
+    end
+    local job = {
+      state = DELAYED, attempts = 0, max = tonumber(ARGV[i + 5]),
+      ttr = tonumber(ARGV[i + 4]), at = due, topic = topic, body = ARGV[i + 6],
+    }
+    if due <= now_ms then
+      job.state, job.at = READY, now_ms
+      redis.call('HSET', pool, id, encode(job))
+      if redis.call('RPUSH', ready_prefix .. topic, id) == 1 and not notified[topic] then
+        notified[topic] = true
+        redis.call('PUBLISH', ready_channel .. topic, b)
+      end
+    else
+      redis.call('HSET', pool, id, encode(job))
+      redis.call('ZADD', bucket, due, id)
+      if first_due == nil or due < first_due then
+        first_due = due
+      end
+    end
+    created[#created + 1] = 1
+  end
+end
+
+-- Wake the bucket's handler when a new job became the earliest of the bucket.
+if first_due ~= nil and earliest(bucket) == first_due then
+  redis.call('PUBLISH', wake, b .. ':' .. string.format('%d', first_due * 1000 - now))
+end
+return created

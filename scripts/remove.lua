@@ -1,0 +1,20 @@
+-- remove.lua: cancel a job in any state.
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dead-letter key prefix
+-- ARGV[1] job id
+-- returns 1 removed, 0 no such job
+-- A ready job's ID stays in its ready list and is dropped when popped, so
+-- removal costs O(log n) whatever the state.
+
+local pool, bucket, dead_prefix, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local v = redis.call('HGET', pool, id)
+if not v then
+  return 0
+end
+local job = decode(v)
+redis.call('HDEL', pool, id)
+if job.state == DEAD then
+  redis.call('ZREM', dead_prefix .. job.topic, id)
+else
+  redis.call('ZREM', bucket, id)
+end
+return 1
