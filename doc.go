@@ -1,0 +1,54 @@
+// Package delayqueue is a delay queue on Redis: push a job to run after a
+// delay or at a time; when it is due, a consumer pops it; the consumer
+// finishes it, or it comes back.
+//
+//	q, err := delayqueue.New(client, delayqueue.WithName("orders"))
+//	err = q.Start(ctx)                     // move due jobs, in every process that should
+//	id, err := q.Push(ctx, &delayqueue.Job{Topic: "order.cancel", Body: b, Delay: 30 * time.Minute})
+//	job, err := q.Pop(ctx, "order.cancel", time.Minute)
+//	err = q.Finish(ctx, job.ID)
+//
+// # Guarantees
+//
+//   - At least once: a popped job that is not finished within its TTR
+//     (time to run) is delivered again, with Attempts one higher, until
+//     MaxAttempts; then it goes to its topic's dead letters.
+//   - Never early: due times are whole milliseconds on the Redis server's
+//     clock (TIME inside the scripts), so processes whose clocks disagree
+//     still agree on when a job is due. Only Job.RunAt carries the caller's
+//     clock.
+//   - On time: the process that holds a bucket's lease sleeps until the
+//     bucket's next job is due and is woken over pub/sub by a push of an
+//     earlier one; consumers are woken when jobs become ready. When that
+//     process dies, another takes the bucket over within one lease
+//     (WithLease, default 30s); Close hands buckets over at once.
+//   - Once per push: a job pushed with a caller-chosen ID exists once while
+//     that ID exists, however often it is pushed.
+//   - Every change of a job is one Lua script over the keys of one bucket:
+//     atomic, safe to run twice (go-redis re-sends a command after a read
+//     timeout), and never a CROSSSLOT error on Redis Cluster.
+//
+// # Limits
+//
+// Jobs live in Redis and are as durable as Redis makes them. With RDB
+// snapshots only, a crash loses what was written since the last snapshot;
+// with appendonly yes and appendfsync everysec, up to about a second; with
+// appendfsync always, nothing that Redis acknowledged. Replication is
+// asynchronous, so a failover can lose the last writes to the old primary.
+// Redis must not evict keys: Start warns unless maxmemory-policy is
+// noeviction.
+//
+// # Layout in Redis
+//
+// A queue has a name and a fixed number of buckets (WithBuckets, default 8),
+// stored in Redis. A job's bucket follows from its ID alone. All keys of
+// bucket b carry the hash tag {name:b}, so one bucket lives in one Cluster
+// slot and the buckets spread over the masters:
+//
+//	dq:{name:b}:pool           HASH    job ID -> encoded job
+//	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by lease deadline (ms)
+//	dq:{name:b}:ready:<topic>  LIST    IDs of ready jobs, oldest first
+//	dq:{name:b}:dead:<topic>   ZSET    IDs of dead jobs by time of death
+//	dq:{name:b}:lock           STRING  the lease of the bucket's handler
+//	dq:{name}:meta             HASH    bucket count, ID node counter
+package delayqueue

@@ -1,0 +1,72 @@
+package delayqueue_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/dqueue/delayqueue"
+	"github.com/redis/go-redis/v9"
+)
+
+func Example() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run() // any Redis will do: a server, Sentinel or Cluster
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+
+	q, err := delayqueue.New(client, delayqueue.WithName("orders"))
+	if err != nil {
+		panic(err)
+	}
+	defer q.Close(ctx)
+	if err := q.Start(ctx); err != nil { // move due jobs to their ready lists
+		panic(err)
+	}
+
+	id, err := q.Push(ctx, &delayqueue.Job{
+		ID:    "cancel-order-42", // a caller-chosen ID makes pushing it again harmless
+		Topic: "order.cancel",
+		Body:  []byte(`{"order":42}`),
+		Delay: 50 * time.Millisecond,
+	})
+	if err != nil {
+		panic(err)
+	}
+	job, _ := q.Get(ctx, id)
+	fmt.Println(job.ID, job.State)
+
+	job, err = q.Pop(ctx, "order.cancel", 5*time.Second) // waits until it is due
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(job.ID, job.State, "attempt", job.Attempts, string(job.Body))
+	if err := q.Finish(ctx, job.ID); err != nil {
+		panic(err)
+	}
+	_, err = q.Get(ctx, id)
+	fmt.Println(err)
+	// Output:
+	// cancel-order-42 delayed
+	// cancel-order-42 reserved attempt 1 {"order":42}
+	// delayqueue: job not found: "cancel-order-42"
+}
+
+func ExampleDelayQueue_Remove() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	// Cancel the order in 30 minutes, unless it is paid before then.
+	id, _ := q.Push(ctx, &delayqueue.Job{Topic: "order.cancel", Body: []byte("42"), Delay: 30 * time.Minute})
+	// ... the payment arrives:
+	fmt.Println(q.Remove(ctx, id))
+	// Output:
+	// <nil>
+}
