@@ -6,19 +6,12 @@
 package redistest
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/dqueue/delayqueue/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,24 +19,15 @@ import (
 // test failure.
 const RequireEnv = "DQ_REQUIRE_REDIS"
 
-// Server is a redis-server process started for tests.
-type Server struct {
-	Addr string
-	Dir  string
-
-	mu   sync.Mutex
-	path string
-	args []string
-	cmd  *exec.Cmd
-	exit chan struct{}
-}
+// Server is a redis-server started for tests.
+type Server struct{ *redisproc.Server }
 
 var warnOnce sync.Once
 
 // binary returns redis-server's path, or skips (fails under DQ_REQUIRE_REDIS=1).
 func binary(tb testing.TB) string {
 	tb.Helper()
-	path, err := exec.LookPath("redis-server")
+	path, err := redisproc.Path()
 	if err == nil {
 		return path
 	}
@@ -62,17 +46,17 @@ func binary(tb testing.TB) string {
 // config holds extra redis-server arguments, such as "--appendonly", "yes".
 func Start(tb testing.TB, config ...string) *Server {
 	tb.Helper()
-	s, err := start(binary(tb), tb.TempDir(), config)
+	s, err := redisproc.Start(binary(tb), tb.TempDir(), config...)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(s.Stop)
-	return s
+	return &Server{s}
 }
 
 var shared struct {
 	once sync.Once
-	srv  *Server
+	srv  *redisproc.Server
 	dir  string
 	err  error
 }
@@ -85,13 +69,13 @@ func Shared(tb testing.TB) *Server {
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "redistest-")
 		if shared.err == nil {
-			shared.srv, shared.err = start(path, shared.dir, nil)
+			shared.srv, shared.err = redisproc.Start(path, shared.dir)
 		}
 	})
 	if shared.err != nil {
 		tb.Fatal(shared.err)
 	}
-	return shared.srv
+	return &Server{shared.srv}
 }
 
 // StopShared stops the server started by Shared, if any. Call it from
@@ -105,129 +89,9 @@ func StopShared() {
 	}
 }
 
-func start(path, dir string, config []string) (*Server, error) {
-	var lastErr error
-	for range 5 { // a free port can be taken between finding and binding it
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		s := &Server{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			Dir:  dir,
-			path: path,
-			args: append([]string{
-				"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-				"--dir", dir, "--save", "", "--appendonly", "no",
-				"--logfile", filepath.Join(dir, "redis.log"),
-			}, config...),
-		}
-		if lastErr = s.launch(); lastErr == nil {
-			return s, nil
-		}
-	}
-	return nil, lastErr
-}
-
-func (s *Server) launch() error {
-	cmd := exec.Command(s.path, s.args...)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start redis-server: %w", err)
-	}
-	exit := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exit)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exit = cmd, exit
-	s.mu.Unlock()
-	if err := s.waitReady(exit); err != nil {
-		s.Stop()
-		return err
-	}
-	return nil
-}
-
-// waitReady waits until the server answers PING, or fails when it exits or
-// does not answer within 10 seconds.
-func (s *Server) waitReady(exit <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redistest: redis-server on %s not ready: %w (log: %s)", s.Addr, err, s.log())
-		}
-		select {
-		case <-exit:
-			return fmt.Errorf("redistest: redis-server on %s exited (log: %s)", s.Addr, s.log())
-		case <-tick.C:
-		}
-	}
-}
-
-func (s *Server) log() string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
-}
-
 // Client returns a client of the server, closed when the test ends.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// Signal sends sig to the server process (SIGKILL, SIGSTOP, SIGCONT).
-func (s *Server) Signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return errors.New("redistest: server not running")
-	}
-	return s.cmd.Process.Signal(sig)
-}
-
-// Kill ends the server with SIGKILL and waits for it to exit.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exit := s.cmd, s.exit
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exit
-}
-
-// Stop ends the server; it is what Start registers as cleanup.
-func (s *Server) Stop() { s.Kill() }
-
-// Restart starts the server again on the same port and directory, after
-// Kill, keeping what it had persisted.
-func (s *Server) Restart() error {
-	s.Kill()
-	return s.launch()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
