@@ -13,7 +13,7 @@ local wake, ready_channel, b = ARGV[1], ARGV[2], ARGV[3]
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local created, first_due = {}, nil
-local notified = {}
+local ready_count, topics = {}, {}
 
 for i = 4, #ARGV, 7 do
   local id, topic = ARGV[i], ARGV[i + 1]
@@ -21,8 +21,11 @@ for i = 4, #ARGV, 7 do
     created[#created + 1] = 0
   else
     local delay, due = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-    if delay >= 0 then
-      due = now_ms + delay
+    if delay == 0 then
+      due = now_ms
+    elseif delay > 0 then
+      -- Round up: a job is never due before its full delay has passed.
+      due = math.floor((now + delay * 1000 + 999) / 1000)
     end
     local job = {
       state = DELAYED, attempts = 0, max = tonumber(ARGV[i + 5]),
@@ -31,10 +34,12 @@ for i = 4, #ARGV, 7 do
     if due <= now_ms then
       job.state, job.at = READY, now_ms
       redis.call('HSET', pool, id, encode(job))
-      if redis.call('RPUSH', ready_prefix .. topic, id) == 1 and not notified[topic] then
-        notified[topic] = true
-        redis.call('PUBLISH', ready_channel .. topic, b)
+      redis.call('RPUSH', ready_prefix .. topic, id)
+      if not ready_count[topic] then
+        ready_count[topic] = 0
+        topics[#topics + 1] = topic
       end
+      ready_count[topic] = ready_count[topic] + 1
     else
       redis.call('HSET', pool, id, encode(job))
       redis.call('ZADD', bucket, due, id)
@@ -46,6 +51,10 @@ for i = 4, #ARGV, 7 do
   end
 end
 
+-- Wake as many consumers of each topic as jobs became ready.
+for _, topic in ipairs(topics) do
+  redis.call('PUBLISH', ready_channel .. topic, b .. ':' .. ready_count[topic])
+end
 -- Wake the bucket's handler when a new job became the earliest of the bucket.
 if first_due ~= nil and earliest(bucket) == first_due then
   redis.call('PUBLISH', wake, b .. ':' .. string.format('%d', first_due * 1000 - now))
