@@ -21,7 +21,7 @@ import (
 // Pub/sub channels are not keys and carry no slot:
 //
 //	dq:{name}:wake           "<bucket>:<microseconds until due>" or "<bucket>:free"
-//	dq:{name}:ready:<topic>  "<bucket>" when a ready list stops being empty
+//	dq:{name}:ready:<topic>  "<bucket>:<count>" when jobs became ready
 type keyspace struct {
 	name    string
 	buckets []bucketKeys

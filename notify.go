@@ -13,8 +13,8 @@ import (
 
 // notifier is a queue's one pub/sub connection. It carries two kinds of
 // wake-up: "<bucket>:<µs until due>" or "<bucket>:free" on the wake channel,
-// for the bucket handlers, and "<bucket>" on a topic's ready channel, for
-// the consumers of that topic. Pub/sub loses what is published while the
+// for the bucket handlers, and "<bucket>:<count>" on a topic's ready
+// channel, for the consumers of that topic. Pub/sub loses what is published while the
 // connection is down; when go-redis re-subscribes after a reconnect, every
 // handler and every consumer looks at Redis again.
 type notifier struct {
@@ -155,9 +155,16 @@ func (n *notifier) dispatch(channel, payload string) {
 		return
 	}
 	if w := n.topic(channel); w != nil {
-		if b, err := strconv.Atoi(payload); err == nil {
-			w.notify(b)
+		b, count, _ := strings.Cut(payload, ":")
+		bi, err := strconv.Atoi(b)
+		if err != nil {
+			return
 		}
+		c, err := strconv.Atoi(count)
+		if err != nil {
+			c = 1
+		}
+		w.notify(bi, c)
 	}
 }
 

@@ -3,15 +3,17 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
 
 // Each bucket keeps one ready list per topic. A consumer of a topic pops from
-// the lists of every bucket, but only from those that may hold something: the
-// movers publish a bucket's number when one of its lists stops being empty,
-// and a consumer forgets a bucket once it found its list empty. An idle
-// consumer therefore sends Redis nothing but a safety poll.
+// the lists of every bucket, but only from those that may hold something:
+// whatever makes jobs ready publishes the bucket and how many, and a consumer
+// forgets a bucket once it found its list empty. An idle consumer therefore
+// sends Redis nothing but a safety poll, and n new jobs wake n consumers, not
+// all of them.
 
 // staleSkips bounds how many stale IDs one reserve call drops.
 const staleSkips = 100
@@ -80,8 +82,10 @@ func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duratio
 	// A Pop that does not wait looks at every bucket: a notification for a
 	// job pushed just before may still be on its way.
 	all := timeout <= 0
+	wt := newWaiter()
+	defer w.leave(wt)
 	for {
-		buckets, versions, changed := w.candidates(int(q.rotor.Add(1)), all)
+		buckets, versions := w.candidates(int(q.rotor.Add(1)), all, wt)
 		again := false
 		for i, b := range buckets {
 			job, status, err := q.reserve(ctx, b, topic)
@@ -116,7 +120,7 @@ func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duratio
 			return nil, ctx.Err()
 		case <-q.done:
 			return nil, ErrClosed
-		case <-changed:
+		case <-wt.wake:
 		case <-timer.C:
 			if wait < remaining {
 				w.recheckAll() // safety poll
@@ -126,69 +130,120 @@ func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duratio
 }
 
 // topicWatch tracks, for one topic in this process, which buckets may hold
-// ready jobs. A bucket may hold some when it was notified (or never looked
-// at) since it was last found empty.
+// ready jobs, and the Pops waiting for one. A bucket may hold some when it
+// was notified (or never looked at) since it was last found empty. A
+// notification that n jobs became ready wakes n waiting Pops, oldest first,
+// not all of them.
 type topicWatch struct {
 	mu      sync.Mutex
 	version []uint64 // bumped on every notification of the bucket
 	empty   []uint64 // the version at which the bucket was found empty
-	changed chan struct{}
+	waiters []*waiter
 }
 
+// waiter is one Pop of the topic. It is in waiters from its look at the
+// buckets until it is woken.
+type waiter struct {
+	wake chan struct{} // buffered; holds a wake-up not yet taken
+	hint int           // the bucket it was woken for, looked at first; -1 for none
+}
+
+func newWaiter() *waiter { return &waiter{wake: make(chan struct{}, 1), hint: -1} }
+
 func newTopicWatch(buckets int) *topicWatch {
-	w := &topicWatch{
-		version: make([]uint64, buckets),
-		empty:   make([]uint64, buckets),
-		changed: make(chan struct{}),
-	}
+	w := &topicWatch{version: make([]uint64, buckets), empty: make([]uint64, buckets)}
 	for b := range w.version {
 		w.version[b] = 1
 	}
 	return w
 }
 
-// notify marks bucket b as maybe holding ready jobs and wakes waiting Pops.
-func (w *topicWatch) notify(b int) {
+// notify records that n jobs became ready in bucket b and wakes n waiters.
+func (w *topicWatch) notify(b, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if b >= 0 && b < len(w.version) {
-		w.version[b]++
-		w.broadcastLocked()
+	if b < 0 || b >= len(w.version) {
+		return // from a queue opened with more buckets: ignored
 	}
+	w.version[b]++
+	w.wakeLocked(max(n, 1), b)
 }
 
-// recheckAll marks every bucket as maybe holding ready jobs.
+// recheckAll marks every bucket as maybe holding ready jobs and wakes every
+// waiter.
 func (w *topicWatch) recheckAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for b := range w.version {
 		w.version[b]++
 	}
-	w.broadcastLocked()
+	w.wakeLocked(len(w.waiters), -1)
 }
 
-func (w *topicWatch) broadcastLocked() {
-	close(w.changed)
-	w.changed = make(chan struct{})
+// wakeLocked wakes the n oldest waiters for bucket b (-1: any bucket).
+func (w *topicWatch) wakeLocked(n, b int) {
+	n = min(n, len(w.waiters))
+	for _, wt := range w.waiters[:n] {
+		wt.hint = b
+		select {
+		case wt.wake <- struct{}{}:
+		default: // cannot happen: a woken waiter leaves the list until it drains
+		}
+	}
+	w.waiters = slices.Delete(w.waiters, 0, n)
 }
 
 // candidates lists the buckets that may hold ready jobs (every bucket when
 // all is set), starting at a rotating offset so that consumers spread over
-// buckets, with their versions and a channel closed at the next notification.
-func (w *topicWatch) candidates(start int, all bool) ([]int, []uint64, <-chan struct{}) {
+// buckets, but with the bucket wt was woken for first, and with their
+// versions. It (re)enlists wt as a waiter, so that a notification from now on
+// wakes it.
+func (w *topicWatch) candidates(start int, all bool, wt *waiter) ([]int, []uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	select {
+	case <-wt.wake: // a wake-up that came during the last look: this look serves it
+	default:
+	}
+	if !slices.Contains(w.waiters, wt) {
+		w.waiters = append(w.waiters, wt)
+	}
 	n := len(w.version)
 	var buckets []int
 	var versions []uint64
-	for i := range n {
+	for i := -1; i < n; i++ {
 		b := (start + i) % n
+		switch {
+		case i < 0 && wt.hint < 0:
+			continue
+		case i < 0:
+			b = wt.hint
+		case b == wt.hint:
+			continue
+		}
 		if all || w.version[b] != w.empty[b] {
 			buckets = append(buckets, b)
 			versions = append(versions, w.version[b])
 		}
 	}
-	return buckets, versions, w.changed
+	wt.hint = -1
+	return buckets, versions
+}
+
+// leave takes a returning Pop off the waiters. A wake-up it was given and
+// did not act on goes to the next waiter.
+func (w *topicWatch) leave(wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i := slices.Index(w.waiters, wt); i >= 0 {
+		w.waiters = slices.Delete(w.waiters, i, i+1)
+		return
+	}
+	select {
+	case <-wt.wake:
+		w.wakeLocked(1, wt.hint)
+	default:
+	}
 }
 
 // forget records that bucket b was found empty at version v; a notification

@@ -97,34 +97,71 @@ func TestPopSkipsStaleIDs(t *testing.T) {
 
 func TestTopicWatch(t *testing.T) {
 	w := newTopicWatch(4)
-	b, v, _ := w.candidates(1, false)
+	pop := newWaiter()
+	b, v := w.candidates(1, false, pop)
 	assert.Equal(t, []int{1, 2, 3, 0}, b, "every bucket is a candidate at first")
 	for i := range b {
 		w.forget(b[i], v[i])
 	}
-	b, _, changed := w.candidates(0, false)
+	b, _ = w.candidates(0, false, pop)
 	assert.Empty(t, b)
-	b, _, _ = w.candidates(2, true)
+	b, _ = w.candidates(2, true, pop)
 	assert.Equal(t, []int{2, 3, 0, 1}, b, "all lists every bucket")
 
-	w.notify(2)
-	select {
-	case <-changed:
-	default:
-		t.Fatal("a notification wakes waiters")
-	}
-	b, v, _ = w.candidates(0, false)
+	w.notify(2, 1)
+	assert.Len(t, pop.wake, 1, "a notification wakes a waiter")
+	b, v = w.candidates(0, false, pop)
 	assert.Equal(t, []int{2}, b)
 
-	w.notify(2) // arrives while bucket 2 is being looked at
+	w.recheckAll()
+	w.candidates(0, false, pop)
+	w.notify(3, 1)
+	b, _ = w.candidates(0, false, pop)
+	assert.Equal(t, []int{3, 0, 1, 2}, b, "the bucket a waiter was woken for comes first")
+	for i := range b {
+		w.forget(b[i], w.version[b[i]])
+	}
+	assert.Empty(t, pop.wake, "looking takes the wake-up")
+
+	w.notify(2, 1) // arrives while bucket 2 is being looked at
 	w.forget(2, v[0])
-	b, _, _ = w.candidates(0, false)
+	b, _ = w.candidates(0, false, pop)
 	assert.Equal(t, []int{2}, b, "a notification after the look keeps the bucket")
 
-	w.notify(99) // from a queue with more buckets: ignored
+	w.notify(99, 1) // from a queue with more buckets: ignored
 	w.recheckAll()
-	b, _, _ = w.candidates(0, false)
+	b, _ = w.candidates(0, false, pop)
 	assert.Len(t, b, 4)
+	w.leave(pop)
+	assert.Empty(t, w.waiters)
+}
+
+func TestTopicWatchWakesOneWaiterPerJob(t *testing.T) {
+	w := newTopicWatch(2)
+	pops := make([]*waiter, 5)
+	for i := range pops {
+		pops[i] = newWaiter()
+		w.candidates(0, false, pops[i])
+	}
+	w.notify(1, 2)
+	woken := func() (n int) {
+		for _, p := range pops {
+			n += len(p.wake)
+		}
+		return n
+	}
+	assert.Equal(t, 2, woken(), "two jobs wake two waiters")
+	assert.Len(t, pops[0].wake, 1, "oldest first")
+	assert.Len(t, pops[1].wake, 1)
+
+	// A woken Pop that returns without looking passes its wake-up on.
+	w.leave(pops[0])
+	assert.Equal(t, 2, woken())
+	assert.Len(t, pops[2].wake, 1)
+
+	w.recheckAll()
+	assert.Equal(t, 4, woken(), "a recheck wakes every waiter")
+	assert.Empty(t, w.waiters)
 }
 
 func TestIdlePopSendsRedisAlmostNothing(t *testing.T) {

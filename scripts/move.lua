@@ -27,7 +27,7 @@ end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
-local pushed = {}
+local ready_count, topics = {}, {}
 
 for _, id in ipairs(ids) do
   local v = redis.call('HGET', pool, id)
@@ -40,18 +40,21 @@ for _, id in ipairs(ids) do
     elseif job.state == DELAYED or job.state == RESERVED then
       job.state, job.at = READY, now_ms
       redis.call('HSET', pool, id, encode(job))
-      local n = redis.call('RPUSH', ready_prefix .. job.topic, id)
-      -- Consumers are told when a list stops being empty; while it is not
-      -- empty they keep popping without being told.
-      if n == 1 and not pushed[job.topic] then
-        redis.call('PUBLISH', ready_channel .. job.topic, b)
+      redis.call('RPUSH', ready_prefix .. job.topic, id)
+      if not ready_count[job.topic] then
+        ready_count[job.topic] = 0
+        topics[#topics + 1] = job.topic
       end
-      pushed[job.topic] = true
+      ready_count[job.topic] = ready_count[job.topic] + 1
     end
   end
 end
 if #ids > 0 then
   redis.call('ZREM', bucket, unpack(ids))
+end
+-- Wake as many consumers of each topic as jobs became ready.
+for _, topic in ipairs(topics) do
+  redis.call('PUBLISH', ready_channel .. topic, b .. ':' .. ready_count[topic])
 end
 
 local next_due = earliest(bucket)
