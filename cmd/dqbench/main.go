@@ -1,0 +1,153 @@
+// Command dqbench measures delayqueue on a real Redis and prints a Markdown
+// table of medians over several runs, with min–max.
+//
+//	go run ./cmd/dqbench                  # starts a throwaway redis-server
+//	go run ./cmd/dqbench -addr host:port  # an existing Redis (its data is flushed!)
+//	go run ./cmd/dqbench -only s2 -runs 3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "dqbench:", err)
+		os.Exit(1)
+	}
+}
+
+// scenario is one measurement; run returns named figures for one run.
+type scenario struct {
+	id, title string
+	run       func(ctx context.Context, b *bench) (figures, error)
+}
+
+type figures []figure
+
+type figure struct {
+	name, unit string
+	value      float64
+}
+
+type bench struct {
+	client *redis.Client
+	seq    int
+}
+
+// queueName gives every run a queue of its own.
+func (b *bench) queueName(s string) string {
+	b.seq++
+	return fmt.Sprintf("bench-%s-%d", s, b.seq)
+}
+
+// reset empties Redis and its statistics between runs.
+func (b *bench) reset(ctx context.Context) error {
+	if err := b.client.FlushAll(ctx).Err(); err != nil {
+		return fmt.Errorf("flushall: %w", err)
+	}
+	if err := b.client.ConfigResetStat(ctx).Err(); err != nil {
+		return fmt.Errorf("config resetstat: %w", err)
+	}
+	return nil
+}
+
+func run(ctx context.Context) error {
+	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
+	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: all)")
+	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
+	flag.Parse()
+
+	if *addr == "" {
+		srv, stop, err := startServer()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		*addr = srv.Addr
+	}
+	client := redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 64})
+	defer client.Close()
+	if err := client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis at %s: %w", *addr, err)
+	}
+	b := &bench{client: client}
+
+	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s\n\n",
+		*runs, redisVersion(ctx, client), *addr, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	fmt.Println("| scenario | figure | median | min – max |")
+	fmt.Println("|---|---|---|---|")
+	want := map[string]bool{}
+	for _, id := range strings.Split(*only, ",") {
+		if id != "" {
+			want[strings.ToLower(strings.TrimSpace(id))] = true
+		}
+	}
+	for _, s := range scenarios {
+		if len(want) > 0 && !want[s.id] {
+			continue
+		}
+		var all []figures
+		for i := range *runs {
+			if err := b.reset(ctx); err != nil {
+				return err
+			}
+			f, err := s.run(ctx, b)
+			if err != nil {
+				return fmt.Errorf("%s run %d: %w", s.id, i+1, err)
+			}
+			all = append(all, f)
+		}
+		for i, f := range all[0] {
+			vals := make([]float64, len(all))
+			for r := range all {
+				vals[r] = all[r][i].value
+			}
+			slices.Sort(vals)
+			fmt.Printf("| %s %s | %s | %s %s | %s – %s |\n", strings.ToUpper(s.id), s.title, f.name,
+				num(median(vals)), f.unit, num(vals[0]), num(vals[len(vals)-1]))
+		}
+	}
+	return nil
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// percentile of sorted durations, in milliseconds.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p / 100 * float64(len(sorted)-1))
+	return float64(sorted[i].Microseconds()) / 1000
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/dqueue/delayqueue/internal/redisproc"
+	"github.com/redis/go-redis/v9"
+)
+
+// controlCommands are sent by the benchmark itself, not by the queue, and
+// are left out of command counts.
+var controlCommands = map[string]bool{"info": true, "config|resetstat": true, "flushall": true}
+
+// scriptCommands are the commands the queue's scripts call. INFO
+// commandstats counts a command run inside a script like one sent by a
+// client; the queue itself sends none of these (but HGET for Get, which the
+// benchmark does not call).
+var scriptCommands = map[string]bool{
+	"time": true, "get": true, "set": true, "del": true, "pexpire": true, "pttl": true,
+	"hget": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
+	"zadd": true, "zrem": true, "zrange": true, "zrangebyscore": true, "zcard": true,
+	"rpush": true, "lpop": true, "publish": true,
+}
+
+// commandCount splits INFO commandstats into the commands clients sent and
+// all commands run, those inside scripts included.
+type commandCount struct{ sent, run int64 }
+
+func (c commandCount) sub(d commandCount) commandCount {
+	return commandCount{c.sent - d.sent, c.run - d.run}
+}
+
+func (c commandCount) perJob(n int) figures {
+	return figures{
+		{"commands sent per job", "", float64(c.sent) / float64(n)},
+		{"commands run per job, incl. inside scripts", "", float64(c.run) / float64(n)},
+	}
+}
+
+func commandCalls(ctx context.Context, c *redis.Client) (commandCount, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return commandCount{}, fmt.Errorf("info commandstats: %w", err)
+	}
+	var n commandCount
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isStat := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isStat || controlCommands[name] {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				calls, _ := strconv.ParseInt(v, 10, 64)
+				n.run += calls
+				if !scriptCommands[name] {
+					n.sent += calls
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// usedMemory reads INFO memory's used_memory in bytes.
+func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, fmt.Errorf("info memory: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("info memory: no used_memory")
+}
+
+// redisVersion reads INFO server's redis_version.
+func redisVersion(ctx context.Context, c *redis.Client) string {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "unknown"
+}
+
+// startServer starts a throwaway redis-server in a temporary directory.
+func startServer() (*redisproc.Server, func(), error) {
+	path, err := redisproc.Path()
+	if err != nil {
+		return nil, nil, fmt.Errorf("no -addr given and redis-server is not on PATH: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "dqbench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := redisproc.Start(path, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s, func() { s.Stop(); _ = os.RemoveAll(dir) }, nil
+}

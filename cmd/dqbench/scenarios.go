@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dqueue/delayqueue"
+	"golang.org/x/sync/errgroup"
+)
+
+var scenarios = []scenario{
+	{"s1", "push, single calls", pushSingle},
+	{"s2", "delivery lateness", lateness},
+	{"s3", "end to end, due now", endToEnd},
+	{"s4", "memory per pending job", memory},
+	{"s5", "idle cost", idle},
+}
+
+var latenessJobs = 20_000
+
+const (
+	bodySize  = 128
+	producers = 16
+	workers   = 16
+)
+
+// body returns a 128-byte body of random letters.
+func body() []byte {
+	b := make([]byte, bodySize)
+	for i := range b {
+		b[i] = byte('a' + rand.IntN(26))
+	}
+	return b
+}
+
+func (b *bench) open(name string, opts ...delayqueue.Option) (*delayqueue.DelayQueue, error) {
+	return delayqueue.New(b.client, append([]delayqueue.Option{delayqueue.WithName(b.queueName(name))}, opts...)...)
+}
+
+// pushAll pushes n jobs made by mk with 16 producers and returns the time it
+// took.
+func pushAll(ctx context.Context, q *delayqueue.DelayQueue, n int, mk func(i int) *delayqueue.Job) (time.Duration, error) {
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for range producers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return nil
+				}
+				if _, err := q.Push(ctx, mk(i)); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	return time.Since(start), err
+}
+
+func pushSingle(ctx context.Context, b *bench) (figures, error) {
+	const n = 100_000
+	q, err := b.open("s1")
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close(ctx)
+	body := body()
+	before, err := commandCalls(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	took, err := pushAll(ctx, q, n, func(int) *delayqueue.Job {
+		return &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+	})
+	if err != nil {
+		return nil, err
+	}
+	after, err := commandCalls(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	return append(figures{{"throughput", "jobs/s", n / took.Seconds()}}, after.sub(before).perJob(n)...), nil
+}
+
+// consumeAll pops and finishes with 16 workers until n jobs arrived or
+// timeout passed; onJob sees each delivery.
+func consumeAll(ctx context.Context, q *delayqueue.DelayQueue, n int, timeout time.Duration, onJob func(*delayqueue.Job, time.Time)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var got atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			for got.Load() < int64(n) {
+				job, err := q.Pop(ctx, "bench", time.Second)
+				switch {
+				case errors.Is(err, delayqueue.ErrNoJob):
+					continue
+				case ctx.Err() != nil:
+					return nil // timed out: the caller counts what is missing
+				case err != nil:
+					return err
+				}
+				at := time.Now()
+				if err := q.Finish(ctx, job.ID); err != nil && ctx.Err() == nil {
+					return err
+				}
+				onJob(job, at)
+				got.Add(1)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func lateness(ctx context.Context, b *bench) (figures, error) {
+	n := latenessJobs
+	q, err := b.open("s2", delayqueue.WithDefaultTTR(time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close(ctx)
+	if err := q.Start(ctx); err != nil {
+		return nil, err
+	}
+	base := time.Now().Add(2 * time.Second)
+	due := make([]time.Time, n)
+	for i := range due {
+		due[i] = base.Add(time.Duration(rand.Int64N(int64(4 * time.Second)))).Truncate(time.Millisecond)
+	}
+	ids := make(map[string]time.Time, n)
+	var mu sync.Mutex
+	if _, err := pushAll(ctx, q, n, func(i int) *delayqueue.Job {
+		return &delayqueue.Job{ID: fmt.Sprintf("s2-%d", i), Topic: "bench", Body: body(), RunAt: due[i]}
+	}); err != nil {
+		return nil, err
+	}
+	for i, d := range due {
+		ids[fmt.Sprintf("s2-%d", i)] = d
+	}
+	var lates, serverLates []time.Duration
+	seen := map[string]int{}
+	early := 0
+	err = consumeAll(ctx, q, n, 20*time.Second, func(job *delayqueue.Job, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		d := ids[job.ID]
+		seen[job.ID]++
+		lates = append(lates, at.Sub(d))
+		serverLates = append(serverLates, job.ReservedUntil.Add(-job.TTR).Sub(d))
+		// The reservation began on the server's clock at ReservedUntil-TTR.
+		if job.ReservedUntil.Add(-job.TTR).Before(d) {
+			early++
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	dups := 0
+	for _, c := range seen {
+		dups += c - 1
+	}
+	slices.Sort(lates)
+	slices.Sort(serverLates)
+	return figures{
+		{"lateness p50", "ms", percentile(lates, 50)},
+		{"lateness p90", "ms", percentile(lates, 90)},
+		{"lateness p99", "ms", percentile(lates, 99)},
+		{"lateness max", "ms", percentile(lates, 100)},
+		{"reserved after due p99, server clock", "ms", percentile(serverLates, 99)},
+		{"delivered early", "jobs", float64(early)},
+		{"missing", "jobs", float64(n - len(seen))},
+		{"duplicated", "jobs", float64(dups)},
+	}, nil
+}
+
+func endToEnd(ctx context.Context, b *bench) (figures, error) {
+	const n = 50_000
+	q, err := b.open("s3", delayqueue.WithDefaultTTR(time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close(ctx)
+	if err := q.Start(ctx); err != nil {
+		return nil, err
+	}
+	body := body()
+	before, err := commandCalls(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var done atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		_, err := pushAll(gctx, q, n, func(int) *delayqueue.Job { return &delayqueue.Job{Topic: "bench", Body: body} })
+		return err
+	})
+	g.Go(func() error {
+		return consumeAll(gctx, q, n, time.Minute, func(*delayqueue.Job, time.Time) { done.Add(1) })
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	took := time.Since(start)
+	if done.Load() != n {
+		return nil, fmt.Errorf("delivered %d of %d jobs", done.Load(), n)
+	}
+	after, err := commandCalls(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	return append(figures{{"throughput", "jobs/s", n / took.Seconds()}}, after.sub(before).perJob(n)...), nil
+}
+
+func memory(ctx context.Context, b *bench) (figures, error) {
+	const n = 100_000
+	q, err := b.open("s4")
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close(ctx)
+	before, err := usedMemory(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	body := body()
+	if _, err := pushAll(ctx, q, n, func(int) *delayqueue.Job {
+		return &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+	}); err != nil {
+		return nil, err
+	}
+	after, err := usedMemory(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	return figures{{"used_memory per pending job", "bytes", float64(after-before) / n}}, nil
+}
+
+func idle(ctx context.Context, b *bench) (figures, error) {
+	const window = 10 * time.Second
+	q, err := b.open("s5")
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close(ctx)
+	if err := q.Start(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := pushAll(ctx, q, 1000, func(int) *delayqueue.Job {
+		return &delayqueue.Job{Topic: "bench", Body: body(), Delay: time.Hour}
+	}); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	consumer := make(chan error, 1)
+	go func() {
+		for cctx.Err() == nil {
+			if _, err := q.Pop(cctx, "bench", time.Minute); err != nil && !errors.Is(err, delayqueue.ErrNoJob) && cctx.Err() == nil {
+				consumer <- err
+				return
+			}
+		}
+		consumer <- nil
+	}()
+	// Let start-up settle, then count what an idle process sends.
+	settle := time.NewTimer(time.Second)
+	<-settle.C
+	before, err := commandCalls(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	wait := time.NewTimer(window)
+	<-wait.C
+	after, err := commandCalls(ctx, b.client)
+	if err != nil {
+		return nil, err
+	}
+	d := after.sub(before)
+	cancel()
+	if err := <-consumer; err != nil {
+		return nil, err
+	}
+	return figures{
+		{"commands sent per second", "cmd/s", float64(d.sent) / window.Seconds()},
+		{"commands run per second, incl. inside scripts", "cmd/s", float64(d.run) / window.Seconds()},
+	}, nil
+}
