@@ -51,7 +51,7 @@ type moveResult struct {
 // (or dead letters), holding or taking the bucket's lease with token.
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResult, error) {
 	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock}
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics}
 	res, err := scriptMove.Run(ctx, q.client, keys,
 		token, q.opts.lease.Milliseconds(), q.opts.batch, q.keys.readyChannelPrefix(), b).Int64Slice()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,26 +196,62 @@ func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
 }
 
 // Push adds a job and returns its ID: the job's own ID when it has one, else
-// a new unique one. The job is due after job.Delay on the Redis server's
-// clock, or at job.RunAt. A job with an ID that exists already is not pushed
-// again, and Push returns its ID with no error: a retried Push creates one
-// job. Push returns an error matching ErrInvalidJob for a job it refuses,
-// and ErrClosed after Close. It is safe for concurrent use.
+// a new unique one, which Push also stores in job.ID. The job is due after
+// job.Delay on the Redis server's clock, or at job.RunAt. A job with an ID
+// that exists already is not pushed again, and Push returns its ID with no
+// error: a retried Push creates one job. Push returns an error matching
+// ErrInvalidJob for a job it refuses, and ErrClosed after Close. It is safe
+// for concurrent use.
 func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
-	if q.closed.Load() {
-		return "", ErrClosed
-	}
-	a, err := q.opts.prepare(job)
+	ids, err := q.PushMany(ctx, []*Job{job})
 	if err != nil {
 		return "", err
 	}
-	if a.id == "" {
-		a.id = q.ids.Generate().String()
+	return ids[0], nil
+}
+
+// maxPushChunk bounds how many jobs one push script call carries.
+const maxPushChunk = 1000
+
+// PushMany adds many jobs with one script call per bucket they fall in
+// (per 1,000 jobs), and returns their IDs in order. It checks every job
+// first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
+// without an ID get a new one, stored in their ID field, so that calling
+// PushMany again with the same jobs after an error pushes none of them
+// twice. Jobs whose ID exists already are left alone, as in Push.
+func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
 	}
-	if _, err := q.push(ctx, bucketOf(a.id, q.opts.buckets), []pushArgs{a}); err != nil {
-		return "", err
+	args := make([]pushArgs, len(jobs))
+	for i, job := range jobs {
+		a, err := q.opts.prepare(job)
+		if err != nil && len(jobs) > 1 {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		args[i] = a
 	}
-	return a.id, nil
+	ids := make([]string, len(jobs))
+	byBucket := map[int][]pushArgs{}
+	for i, job := range jobs {
+		if job.ID == "" {
+			job.ID = q.ids.Generate().String()
+		}
+		args[i].id, ids[i] = job.ID, job.ID
+		b := bucketOf(job.ID, q.opts.buckets)
+		byBucket[b] = append(byBucket[b], args[i])
+	}
+	for b, group := range byBucket {
+		for chunk := range slices.Chunk(group, maxPushChunk) {
+			if _, err := q.push(ctx, b, chunk); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ids, nil
 }
 
 // warnEviction logs a warning for every Redis master whose maxmemory-policy

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
@@ -78,9 +77,7 @@ func TestStartAndCloseLifecycle(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		// The client's pooled connections stay open, and so do miniredis's
 		// goroutines serving them; every goroutine of the queue must end.
-		defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
-			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-			goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
+		defer verifyNoLeaks(t)()
 		ctx := context.Background()
 		q, err := New(be.client, WithName(uniqueName(t)), WithLogger(discard))
 		require.NoError(t, err)

@@ -13,6 +13,14 @@ var (
 	// ErrNotReserved is returned by Finish for a job that exists but is not
 	// reserved by a consumer (it is delayed, ready or dead).
 	ErrNotReserved = errors.New("delayqueue: job not reserved")
+	// ErrLeaseLost is returned by Retry, Touch, Release and a consumer's
+	// Finish when the caller's reservation of the job is gone: it ran out
+	// and the job went back to ready or to another consumer, or the job was
+	// released. Nothing was changed.
+	ErrLeaseLost = errors.New("delayqueue: reservation lost")
+	// ErrNotPending is returned by Reschedule for a job that is reserved or
+	// dead: only delayed and ready jobs can be rescheduled.
+	ErrNotPending = errors.New("delayqueue: job not pending")
 	// ErrInvalidJob is returned for a job that cannot be pushed: nil, a bad
 	// topic or ID, a negative delay or TTR, a body over the limit. Nothing is
 	// written to Redis.

@@ -29,8 +29,9 @@ type handler struct {
 	free   bool      // the lease holder released the lease
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
-	held     bool // the last move held the lease
-	failures int  // consecutive Redis errors
+	held     bool      // the last move held the lease
+	failures int       // consecutive Redis errors
+	trimmed  time.Time // when dead letters past their retention were last deleted
 }
 
 func newHandler(q *DelayQueue, b int) *handler {
@@ -104,6 +105,14 @@ func (h *handler) step(ctx context.Context) time.Duration {
 	h.held = true
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
+	}
+	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
+		h.trimmed = time.Now()
+		if n, err := h.q.trimDead(ctx, h.b); err != nil {
+			log.Warn("delayqueue: cannot delete expired dead letters", attrBucket, h.b, attrError, err)
+		} else if n > 0 {
+			log.Debug("delayqueue: deleted expired dead letters", attrBucket, h.b, "deleted", n)
+		}
 	}
 	if res.moved >= h.q.opts.batch {
 		return 0 // a backlog: drain it batch by batch

@@ -156,3 +156,13 @@ func miniredisClient(t *testing.T) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// verifyNoLeaks fails the test when goroutines started since the call
+// outlive it. The client's pooled connections stay open, and so do
+// miniredis's goroutines serving them; every goroutine of the queue must end.
+func verifyNoLeaks(t *testing.T) func() {
+	opts := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2")}
+	return func() { goleak.VerifyNone(t, opts...) }
+}

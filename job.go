@@ -74,6 +74,13 @@ type Job struct {
 	// ReservedUntil is when the reservation of a reserved job runs out, on
 	// the Redis server's clock.
 	ReservedUntil time.Time
+	// LastError is why the job's last delivery failed: the error given to
+	// Retry, or that its reservation ran out. Empty when none failed.
+	LastError string
+
+	// lease identifies the reservation a popped job was delivered under;
+	// Retry, Touch and Release check it inside their scripts.
+	lease int64
 }
 
 const (
@@ -184,10 +191,10 @@ func bucketOf(id string, buckets int) int {
 	return int(crc32.ChecksumIEEE([]byte(id)) % uint32(buckets))
 }
 
-// decodeJob reads a job as job.lua encodes it: seven header fields and the
+// decodeJob reads a job as job.lua encodes it: nine header fields and the
 // body, joined by '\n'.
 func decodeJob(id string, v []byte) (*Job, error) {
-	var f [7][]byte
+	var f [9][]byte
 	rest := v
 	for i := range f {
 		j := bytes.IndexByte(rest, '\n')
@@ -199,7 +206,7 @@ func decodeJob(id string, v []byte) (*Job, error) {
 	if string(f[0]) != "1" {
 		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding version %q", id, f[0])
 	}
-	var n [5]int64
+	var n [6]int64
 	for i := range n {
 		x, err := strconv.ParseInt(string(f[i+1]), 10, 64)
 		if err != nil {
@@ -209,12 +216,14 @@ func decodeJob(id string, v []byte) (*Job, error) {
 	}
 	job := &Job{
 		ID:          id,
-		Topic:       string(f[6]),
+		Topic:       string(f[7]),
 		Body:        rest,
 		State:       State(n[0]),
 		Attempts:    int(n[1]),
 		MaxAttempts: int(n[2]),
 		TTR:         time.Duration(n[3]) * time.Millisecond,
+		LastError:   string(f[8]),
+		lease:       n[5],
 	}
 	at := time.UnixMilli(n[4])
 	if job.State == StateReserved {

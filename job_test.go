@@ -62,15 +62,15 @@ func TestPushAcceptsUnicodeTopicsAndBinaryBodies(t *testing.T) {
 }
 
 func TestDecodeJobRejectsCorruptValues(t *testing.T) {
-	for _, v := range []string{"", "1\n1\n0", "2\n1\n0\n3\n10\n5\nt\nbody", "1\nx\n0\n3\n10\n5\nt\nbody"} {
+	for _, v := range []string{"", "1\n1\n0", "2\n1\n0\n3\n10\n5\n0\nt\n\nbody", "1\nx\n0\n3\n10\n5\n0\nt\n\nbody"} {
 		_, err := decodeJob("id", []byte(v))
 		assert.Error(t, err, "value %q", v)
 	}
-	job, err := decodeJob("id", []byte("1\n3\n2\n5\n1500\n1700000000000\ntopic\nbo\ndy"))
+	job, err := decodeJob("id", []byte("1\n3\n2\n5\n1500\n1700000000000\n4\ntopic\nboom\nbo\ndy"))
 	require.NoError(t, err)
 	assert.Equal(t, &Job{
-		ID: "id", Topic: "topic", Body: []byte("bo\ndy"), State: StateReserved,
-		Attempts: 2, MaxAttempts: 5, TTR: 1500 * time.Millisecond, ReservedUntil: time.UnixMilli(1700000000000),
+		ID: "id", Topic: "topic", Body: []byte("bo\ndy"), State: StateReserved, Attempts: 2, MaxAttempts: 5,
+		TTR: 1500 * time.Millisecond, ReservedUntil: time.UnixMilli(1700000000000), LastError: "boom", lease: 4,
 	}, job)
 }
 

@@ -16,6 +16,7 @@ import (
 //	dq:{name:b}:ready:<topic>  LIST  IDs of ready jobs, oldest first
 //	dq:{name:b}:dead:<topic>   ZSET  IDs of dead jobs scored by the time they died
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
+//	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name}:meta             HASH  bucket count and node sequence of the queue
 //
 // Pub/sub channels are not keys and carry no slot:
@@ -29,7 +30,7 @@ type keyspace struct {
 
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
-	pool, zset, readyPrefix, deadPrefix, lock string
+	pool, zset, readyPrefix, deadPrefix, lock, deadTopics string
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -42,6 +43,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			readyPrefix: prefix + "ready:",
 			deadPrefix:  prefix + "dead:",
 			lock:        prefix + "lock",
+			deadTopics:  prefix + "deadtopics",
 		}
 	}
 	return ks

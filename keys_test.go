@@ -14,7 +14,7 @@ func TestKeysOfABucketShareOneSlot(t *testing.T) {
 	for b := range 16 {
 		bk := ks.bucket(b)
 		s := slot.Of(bk.pool)
-		for _, k := range []string{bk.zset, bk.lock, bk.ready("email"), bk.dead("email")} {
+		for _, k := range []string{bk.zset, bk.lock, bk.deadTopics, bk.ready("email"), bk.dead("email")} {
 			assert.Equal(t, s, slot.Of(k), "key %q of bucket %d", k, b)
 		}
 		slots[s] = true
@@ -36,7 +36,7 @@ func FuzzKeysOfAJobShareOneSlot(f *testing.F) {
 		ks := newKeyspace(name, 8)
 		bk := ks.bucket(bucketOf(id, 8))
 		s := slot.Of(bk.pool)
-		for _, k := range []string{bk.zset, bk.lock, bk.ready(topic), bk.dead(topic), bk.readyPrefix, bk.deadPrefix} {
+		for _, k := range []string{bk.zset, bk.lock, bk.deadTopics, bk.ready(topic), bk.dead(topic), bk.readyPrefix, bk.deadPrefix} {
 			require.Equal(t, s, slot.Of(k), "key %q", k)
 		}
 	})

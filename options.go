@@ -24,6 +24,8 @@ type options struct {
 	lease       time.Duration
 	batch       int
 	poll        time.Duration
+	backoff     Backoff
+	retention   time.Duration
 	logger      *slog.Logger
 }
 
@@ -37,6 +39,7 @@ func defaultOptions() options {
 		lease:       30 * time.Second,
 		batch:       500,
 		poll:        10 * time.Second,
+		backoff:     ExponentialBackoff(time.Second, time.Hour),
 		logger:      slog.Default(),
 	}
 }
@@ -78,6 +81,19 @@ func WithBatchSize(n int) Option { return optionFunc(func(o *options) { o.batch 
 // too, so this can be long. Default: 10s.
 func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options) { o.poll = d }) }
 
+// WithBackoff sets how long a failed job waits before its next delivery:
+// BackoffSchedule for an explicit list, ExponentialBackoff for doubling
+// waits with jitter, or any func. Default: ExponentialBackoff(time.Second,
+// time.Hour).
+func WithBackoff(b Backoff) Option { return optionFunc(func(o *options) { o.backoff = b }) }
+
+// WithDeadRetention makes the handlers delete dead jobs that have been dead
+// for longer than d. Default: 0, dead jobs are kept until purged or
+// requeued.
+func WithDeadRetention(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.retention = d })
+}
+
 // WithLogger sets the logger for the handlers' errors and warnings.
 // Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
@@ -102,6 +118,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: batch size %d: want 1 to 5000", ErrInvalidOption, o.batch)
 	case o.poll < time.Millisecond:
 		return fmt.Errorf("%w: safety poll %v: want at least 1ms", ErrInvalidOption, o.poll)
+	case o.backoff == nil:
+		return fmt.Errorf("%w: nil backoff", ErrInvalidOption)
+	case o.retention < 0:
+		return fmt.Errorf("%w: negative dead-letter retention %v", ErrInvalidOption, o.retention)
 	case o.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	}

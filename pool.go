@@ -35,12 +35,19 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 // reply was lost and that the client re-sent returns ErrNotFound although the
 // job was finished: treat ErrNotFound from Finish as "already gone".
 func (q *DelayQueue) Finish(ctx context.Context, id string) error {
+	return q.finish(ctx, id, "")
+}
+
+// finish deletes a reserved job; with a lease, only while that reservation
+// holds, so that a consumer whose lease ran out leaves the job to the
+// consumer that has it now.
+func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 	b, err := q.bucketOfID(id)
 	if err != nil {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := scriptFinish.Run(ctx, q.client, []string{bk.pool, bk.zset}, id).Int64()
+	r, err := scriptFinish.Run(ctx, q.client, []string{bk.pool, bk.zset}, id, lease).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
@@ -49,6 +56,8 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	case -1:
 		return fmt.Errorf("%w: %q", ErrNotReserved, id)
+	case -2:
+		return fmt.Errorf("%w: %q", ErrLeaseLost, id)
 	}
 	return nil
 }

@@ -12,13 +12,20 @@ var scriptFiles embed.FS
 // The scripts, each job.lua's helpers followed by the script's own file.
 // redis.Script runs them by SHA and loads them on NOSCRIPT.
 var (
-	scriptInit    = loadScript("init.lua")
-	scriptPush    = loadScript("push.lua")
-	scriptMove    = loadScript("move.lua")
-	scriptReserve = loadScript("reserve.lua")
-	scriptFinish  = loadScript("finish.lua")
-	scriptRemove  = loadScript("remove.lua")
-	scriptUnlock  = loadScript("unlock.lua")
+	scriptInit       = loadScript("init.lua")
+	scriptPush       = loadScript("push.lua")
+	scriptMove       = loadScript("move.lua")
+	scriptReserve    = loadScript("reserve.lua")
+	scriptFinish     = loadScript("finish.lua")
+	scriptRemove     = loadScript("remove.lua")
+	scriptUnlock     = loadScript("unlock.lua")
+	scriptRetry      = loadScript("retry.lua")
+	scriptTouch      = loadScript("touch.lua")
+	scriptRelease    = loadScript("release.lua")
+	scriptReschedule = loadScript("reschedule.lua")
+	scriptDead       = loadScript("dead.lua")
+	scriptRequeue    = loadScript("requeue.lua")
+	scriptPurge      = loadScript("purge.lua")
 )
 
 func loadScript(name string) *redis.Script {

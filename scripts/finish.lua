@@ -1,16 +1,23 @@
 -- finish.lua: delete a reserved job: its work is done.
 -- KEYS[1] pool hash  KEYS[2] bucket zset
--- ARGV[1] job id
--- returns 1 finished, 0 no such job, -1 the job is not reserved
--- Running it twice finishes once; the second run finds no job.
+-- ARGV[1] job id  ARGV[2] lease the caller holds, or "" for any reservation
+-- returns 1 finished, 0 no such job, -1 the job is not reserved, -2 it is
+-- reserved under another lease
+-- Running it twice finishes once; the second run finds no job. A consumer
+-- whose lease ran out can never bring a job back: the job is deleted or left
+-- as it is.
 
-local pool, bucket, id = KEYS[1], KEYS[2], ARGV[1]
+local pool, bucket, id, lease = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local v = redis.call('HGET', pool, id)
 if not v then
   return 0
 end
-if decode(v).state ~= RESERVED then
+local job = decode(v)
+if job.state ~= RESERVED then
   return -1
+end
+if lease ~= '' and job.lease ~= tonumber(lease) then
+  return -2
 end
 redis.call('HDEL', pool, id)
 redis.call('ZREM', bucket, id)

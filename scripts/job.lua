@@ -1,8 +1,11 @@
 -- job.lua: the encoding of a job in the pool, shared by every script.
 -- Prepended to each script at load time; defines no keys and reads no ARGV.
--- A job is stored as seven header fields and the body, joined by "\n":
---   version, state, attempts, max_attempts, ttr_ms, at_ms, topic, body
--- The body comes last and is never split, so it may hold any bytes.
+-- A job is stored as nine header fields and the body, joined by "\n":
+--   version, state, attempts, max_attempts, ttr_ms, at_ms, lease, topic,
+--   last_error, body
+-- The body comes last and is never split, so it may hold any bytes; topic
+-- and last_error never hold "\n". lease counts reservations: a consumer
+-- proves it still holds the job by the lease it was given.
 -- at_ms is the job's score in its bucket while it is there (due time when
 -- delayed, lease deadline when reserved) and the time it became ready or dead
 -- otherwise.
@@ -11,7 +14,7 @@ local DELAYED, READY, RESERVED, DEAD = '1', '2', '3', '4'
 
 local function decode(v)
   local f, pos = {}, 1
-  for i = 1, 7 do
+  for i = 1, 9 do
     local j = string.find(v, '\n', pos, true)
     f[i] = string.sub(v, pos, j - 1)
     pos = j + 1
@@ -22,7 +25,9 @@ local function decode(v)
     max = tonumber(f[4]),
     ttr = tonumber(f[5]),
     at = tonumber(f[6]),
-    topic = f[7],
+    lease = tonumber(f[7]),
+    topic = f[8],
+    err = f[9],
     body = string.sub(v, pos),
   }
 end
@@ -34,7 +39,8 @@ local function encode(j)
     string.format('%d', j.max),
     string.format('%d', j.ttr),
     string.format('%d', j.at),
-    j.topic, j.body,
+    string.format('%d', j.lease),
+    j.topic, j.err, j.body,
   }, '\n')
 end
 
@@ -51,4 +57,51 @@ local function earliest(bucket)
     return tonumber(head[2])
   end
   return nil
+end
+
+-- due_ms returns the due time of a job delayed by delay_ms from now (in
+-- microseconds), rounded up so that it is never due before the full delay.
+local function due_ms(now, delay_ms)
+  if delay_ms <= 0 then
+    return math.floor(now / 1000)
+  end
+  return math.floor((now + delay_ms * 1000 + 999) / 1000)
+end
+
+-- wake_if_first tells the bucket's handler when id became the bucket's
+-- earliest job, due at at_ms.
+local function wake_if_first(bucket, wake, b, at_ms, now)
+  if earliest(bucket) == at_ms then
+    redis.call('PUBLISH', wake, b .. ':' .. string.format('%d', math.max(0, at_ms * 1000 - now)))
+  end
+end
+
+-- make_ready puts a job in its topic's ready list and wakes one consumer.
+local function make_ready(pool, ready_prefix, ready_channel, b, id, job, now)
+  job.state, job.at = READY, math.floor(now / 1000)
+  redis.call('HSET', pool, id, encode(job))
+  redis.call('RPUSH', ready_prefix .. job.topic, id)
+  redis.call('PUBLISH', ready_channel .. job.topic, b .. ':1')
+end
+
+-- kill moves a job to its topic's dead letters.
+local function kill(pool, dead_prefix, dead_topics, id, job, now)
+  job.state, job.at = DEAD, math.floor(now / 1000)
+  redis.call('HSET', pool, id, encode(job))
+  redis.call('ZADD', dead_prefix .. job.topic, job.at, id)
+  redis.call('SADD', dead_topics, job.topic)
+end
+
+-- held returns the job with id when it is reserved under lease; otherwise
+-- nil and a status: 0 no such job, -1 the lease is gone.
+local function held(pool, id, lease)
+  local v = redis.call('HGET', pool, id)
+  if not v then
+    return nil, 0
+  end
+  local job = decode(v)
+  if job.state ~= RESERVED or job.lease ~= lease then
+    return nil, -1
+  end
+  return job
 end

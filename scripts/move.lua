@@ -2,7 +2,7 @@
 -- Holds the bucket's lease while it works: the caller's token takes a free
 -- lease or extends its own; a lease held by another token moves nothing.
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
--- KEYS[4] dead-letter key prefix  KEYS[5] lease lock
+-- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] bucket index
 -- returns {moved, next_due_in_us or -1}, or {-1, lease_ttl_ms} when another
@@ -11,7 +11,7 @@
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call.
 
-local bucket, pool, ready_prefix, dead_prefix, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ready_channel, b = ARGV[4], ARGV[5]
 
@@ -34,10 +34,12 @@ for _, id in ipairs(ids) do
   if v then
     local job = decode(v)
     if job.state == RESERVED and job.attempts >= job.max then
-      job.state, job.at = DEAD, now_ms
-      redis.call('ZADD', dead_prefix .. job.topic, now_ms, id)
-      redis.call('HSET', pool, id, encode(job))
+      job.err = 'reservation ran out (TTR ' .. string.format('%d', job.ttr) .. ' ms)'
+      kill(pool, dead_prefix, dead_topics, id, job, now)
     elseif job.state == DELAYED or job.state == RESERVED then
+      if job.state == RESERVED then
+        job.err = 'reservation ran out (TTR ' .. string.format('%d', job.ttr) .. ' ms)'
+      end
       job.state, job.at = READY, now_ms
       redis.call('HSET', pool, id, encode(job))
       redis.call('RPUSH', ready_prefix .. job.topic, id)

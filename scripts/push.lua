@@ -21,15 +21,12 @@ for i = 4, #ARGV, 7 do
     created[#created + 1] = 0
   else
     local delay, due = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-    if delay == 0 then
-      due = now_ms
-    elseif delay > 0 then
-      -- Round up: a job is never due before its full delay has passed.
-      due = math.floor((now + delay * 1000 + 999) / 1000)
+    if delay >= 0 then
+      due = due_ms(now, delay)
     end
     local job = {
-      state = DELAYED, attempts = 0, max = tonumber(ARGV[i + 5]),
-      ttr = tonumber(ARGV[i + 4]), at = due, topic = topic, body = ARGV[i + 6],
+      state = DELAYED, attempts = 0, max = tonumber(ARGV[i + 5]), ttr = tonumber(ARGV[i + 4]),
+      at = due, lease = 0, topic = topic, err = '', body = ARGV[i + 6],
     }
     if due <= now_ms then
       job.state, job.at = READY, now_ms
@@ -56,7 +53,7 @@ for _, topic in ipairs(topics) do
   redis.call('PUBLISH', ready_channel .. topic, b .. ':' .. ready_count[topic])
 end
 -- Wake the bucket's handler when a new job became the earliest of the bucket.
-if first_due ~= nil and earliest(bucket) == first_due then
-  redis.call('PUBLISH', wake, b .. ':' .. string.format('%d', first_due * 1000 - now))
+if first_due ~= nil then
+  wake_if_first(bucket, wake, b, first_due, now)
 end
 return created

@@ -25,13 +25,12 @@ for _ = 1, skips do
       now = now_us()
       job.state = RESERVED
       job.attempts = job.attempts + 1
+      job.lease = job.lease + 1
       job.at = math.floor(now / 1000) + job.ttr
       local enc = encode(job)
       redis.call('HSET', pool, id, enc)
       redis.call('ZADD', bucket, job.at, id)
-      if earliest(bucket) == job.at then
-        redis.call('PUBLISH', wake, b .. ':' .. string.format('%d', job.at * 1000 - now))
-      end
+      wake_if_first(bucket, wake, b, job.at, now)
       return {1, id, enc}
     end
   end

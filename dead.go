@@ -1,0 +1,152 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// Dead letters: a job whose attempts ran out waits in its topic's dead-letter
+// set of its bucket, scored by when it died, until it is requeued, removed,
+// purged, or older than the retention set by WithDeadRetention. It is never
+// dropped otherwise.
+
+// deadBatch bounds how many dead jobs one script call handles.
+const deadBatch = 500
+
+// DeadJobs lists up to limit dead jobs of topic, oldest death first, each
+// with its LastError and, in RunAt, the time it died. It returns
+// ErrInvalidTopic for a bad topic.
+func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*Job, error) {
+	if err := q.checkTopic(topic); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	var jobs []*Job
+	for b := range q.opts.buckets {
+		bk := q.keys.bucket(b)
+		res, err := scriptDead.Run(ctx, q.client, []string{bk.dead(topic), bk.pool}, limit).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("delayqueue: list dead jobs of %q in bucket %d: %w", topic, b, err)
+		}
+		for i := 0; i+1 < len(res); i += 2 {
+			job, err := decodeJob(res[i], []byte(res[i+1]))
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, job)
+		}
+	}
+	slices.SortStableFunc(jobs, func(a, b *Job) int { return a.RunAt.Compare(b.RunAt) })
+	return jobs[:min(limit, len(jobs))], nil
+}
+
+// RequeueDead makes a dead job ready again at once, with its attempts reset.
+// It returns ErrNotFound when no dead job has that ID.
+func (q *DelayQueue) RequeueDead(ctx context.Context, id string) error {
+	b, err := q.bucketOfID(id)
+	if err != nil {
+		return err
+	}
+	job, err := q.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if job.State != StateDead {
+		return fmt.Errorf("%w: %q is %s, not dead", ErrNotFound, id, job.State)
+	}
+	n, err := q.requeue(ctx, b, job.Topic, id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q is no longer dead", ErrNotFound, id)
+	}
+	return nil
+}
+
+// RequeueAllDead makes every dead job of topic ready again, with attempts
+// reset, and returns how many it requeued.
+func (q *DelayQueue) RequeueAllDead(ctx context.Context, topic string) (int, error) {
+	if err := q.checkTopic(topic); err != nil {
+		return 0, err
+	}
+	return q.eachBucketBatch(func(b int) (int, error) { return q.requeue(ctx, b, topic, "") })
+}
+
+// PurgeDead deletes every dead job of topic and returns how many it deleted.
+func (q *DelayQueue) PurgeDead(ctx context.Context, topic string) (int, error) {
+	if err := q.checkTopic(topic); err != nil {
+		return 0, err
+	}
+	return q.eachBucketBatch(func(b int) (int, error) { return q.purge(ctx, b, topic, 0) })
+}
+
+// eachBucketBatch runs a batched step on every bucket until it handles less
+// than a batch, and adds up what it handled.
+func (q *DelayQueue) eachBucketBatch(step func(b int) (int, error)) (int, error) {
+	total := 0
+	for b := range q.opts.buckets {
+		for {
+			n, err := step(b)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < deadBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+func (q *DelayQueue) requeue(ctx context.Context, b int, topic, id string) (int, error) {
+	bk := q.keys.bucket(b)
+	n, err := scriptRequeue.Run(ctx, q.client, []string{bk.dead(topic), bk.pool, bk.readyPrefix},
+		q.keys.readyChannelPrefix(), b, deadBatch, id).Int()
+	if err != nil {
+		return 0, fmt.Errorf("delayqueue: requeue dead jobs of %q in bucket %d: %w", topic, b, err)
+	}
+	return n, nil
+}
+
+// purge deletes a batch of topic's dead jobs of bucket b that died at least
+// ageMs ago.
+func (q *DelayQueue) purge(ctx context.Context, b int, topic string, ageMs int64) (int, error) {
+	bk := q.keys.bucket(b)
+	n, err := scriptPurge.Run(ctx, q.client, []string{bk.dead(topic), bk.pool, bk.deadTopics},
+		topic, ageMs, deadBatch).Int()
+	if err != nil {
+		return 0, fmt.Errorf("delayqueue: purge dead jobs of %q in bucket %d: %w", topic, b, err)
+	}
+	return n, nil
+}
+
+// trimDead deletes one batch per topic of bucket b's dead jobs older than the
+// retention. The bucket's handler calls it.
+func (q *DelayQueue) trimDead(ctx context.Context, b int) (int, error) {
+	topics, err := q.client.SMembers(ctx, q.keys.bucket(b).deadTopics).Result()
+	if err != nil {
+		return 0, fmt.Errorf("delayqueue: dead topics of bucket %d: %w", b, err)
+	}
+	total := 0
+	for _, topic := range topics {
+		n, err := q.purge(ctx, b, topic, q.opts.retention.Milliseconds())
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// checkTopic checks a topic given by the caller of a dead-letter method.
+func (q *DelayQueue) checkTopic(topic string) error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	return validateTopic(topic)
+}

@@ -1,0 +1,195 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Backoff returns how long a job waits before its next delivery after its
+// attempt-th delivery failed (attempt counts from 1).
+type Backoff func(attempt int) time.Duration
+
+// BackoffSchedule retries after the given delays in turn: the first after
+// the first failure, and so on; past the end, the last delay repeats. With
+// MaxAttempts one more than the delays, the schedule ends in the dead
+// letters. BackoffSchedule() with no delays retries at once.
+func BackoffSchedule(delays ...time.Duration) Backoff {
+	delays = append([]time.Duration(nil), delays...)
+	return func(attempt int) time.Duration {
+		if len(delays) == 0 {
+			return 0
+		}
+		return delays[min(max(attempt, 1), len(delays))-1]
+	}
+}
+
+// ExponentialBackoff waits base after the first failure and doubles the wait
+// after each further one, up to limit, each wait picked at random between
+// half and all of it (jitter), so that jobs failed together do not all come
+// back together.
+func ExponentialBackoff(base, limit time.Duration) Backoff {
+	return func(attempt int) time.Duration {
+		d := base
+		for i := 1; i < attempt && d < limit; i++ {
+			d *= 2
+		}
+		d = min(d, limit)
+		if d <= 0 {
+			return 0
+		}
+		return d/2 + rand.N(d/2+1)
+	}
+}
+
+// maxErrorLen bounds the error text kept with a job.
+const maxErrorLen = 1024
+
+// errorText turns a failure into the one-line text kept as LastError.
+func errorText(cause error) string {
+	if cause == nil {
+		return "retried"
+	}
+	s := strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, cause.Error())
+	if len(s) > maxErrorLen {
+		s = s[:maxErrorLen]
+	}
+	return s
+}
+
+// Retry tells the queue that a popped job failed with cause: it is delivered
+// again after the queue's backoff for its attempt (WithBackoff), or goes to
+// its topic's dead letters when it has had MaxAttempts deliveries. cause
+// becomes the job's LastError. Retry returns ErrLeaseLost when job's
+// reservation is gone (it ran out and the job went back to ready or to
+// another consumer) and ErrNotFound when the job was removed; then nothing
+// changes.
+func (q *DelayQueue) Retry(ctx context.Context, job *Job, cause error) error {
+	if job == nil {
+		return fmt.Errorf("%w: nil", ErrInvalidJob)
+	}
+	return q.RetryAfter(ctx, job, q.opts.backoff(job.Attempts), cause)
+}
+
+// RetryAfter is Retry with the delay given instead of the queue's backoff.
+// A negative delay returns ErrInvalidJob.
+func (q *DelayQueue) RetryAfter(ctx context.Context, job *Job, delay time.Duration, cause error) error {
+	b, err := q.reservedBucket(job)
+	if err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("%w: negative retry delay %v", ErrInvalidJob, delay)
+	}
+	bk := q.keys.bucket(b)
+	res, err := scriptRetry.Run(ctx, q.client,
+		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics},
+		job.ID, job.lease, ceilMs(delay), errorText(cause), q.keys.wakeChannel(), q.keys.readyChannelPrefix(), b,
+	).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)
+	}
+	return leaseResult(job.ID, res)
+}
+
+// Touch extends a popped job's reservation to its full TTR from now, for
+// work that takes longer than expected, and updates job.ReservedUntil. It
+// returns ErrLeaseLost when job's reservation is gone and ErrNotFound when
+// the job was removed.
+func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
+	b, err := q.reservedBucket(job)
+	if err != nil {
+		return err
+	}
+	bk := q.keys.bucket(b)
+	res, err := scriptTouch.Run(ctx, q.client, []string{bk.pool, bk.zset},
+		job.ID, job.lease, 0, q.keys.wakeChannel(), b).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: touch %q: %w", job.ID, err)
+	}
+	if err := leaseResult(job.ID, res); err != nil {
+		return err
+	}
+	job.ReservedUntil = time.UnixMilli(res[1])
+	return nil
+}
+
+// Release gives a popped job back to its ready list at once, for another
+// consumer, without counting the attempt: for a consumer that stops before
+// it could work on the job. It returns ErrLeaseLost when job's reservation
+// is gone and ErrNotFound when the job was removed.
+func (q *DelayQueue) Release(ctx context.Context, job *Job) error {
+	b, err := q.reservedBucket(job)
+	if err != nil {
+		return err
+	}
+	bk := q.keys.bucket(b)
+	r, err := scriptRelease.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.readyPrefix},
+		job.ID, job.lease, q.keys.readyChannelPrefix(), b).Int64()
+	if err != nil {
+		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
+	}
+	return leaseResult(job.ID, []int64{r})
+}
+
+// Reschedule moves a delayed or ready job to a new due time: after delay
+// from now on the server's clock, or at runAt when it is not zero. It
+// returns ErrNotPending for a reserved or dead job, ErrNotFound when no
+// such job exists, and ErrInvalidJob for a negative delay.
+func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
+	b, err := q.bucketOfID(id)
+	if err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
+	}
+	delayMs, dueMs := ceilMs(delay), int64(0)
+	if !runAt.IsZero() {
+		delayMs, dueMs = -1, ceilMs(time.Duration(runAt.UnixNano()))
+	}
+	bk := q.keys.bucket(b)
+	res, err := scriptReschedule.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.readyPrefix},
+		id, delayMs, dueMs, q.keys.wakeChannel(), q.keys.readyChannelPrefix(), b).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
+	}
+	switch res[0] {
+	case 0:
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case -1:
+		return fmt.Errorf("%w: %q", ErrNotPending, id)
+	}
+	return nil
+}
+
+// reservedBucket checks a job handed back by a consumer.
+func (q *DelayQueue) reservedBucket(job *Job) (int, error) {
+	if job == nil {
+		return 0, fmt.Errorf("%w: nil", ErrInvalidJob)
+	}
+	if job.lease == 0 {
+		return 0, fmt.Errorf("%w: job %q was not returned by Pop", ErrInvalidJob, job.ID)
+	}
+	return q.bucketOfID(job.ID)
+}
+
+// leaseResult reads the status that the lease-checked scripts return first.
+func leaseResult(id string, res []int64) error {
+	switch {
+	case len(res) == 0:
+		return fmt.Errorf("delayqueue: job %q: empty reply", id)
+	case res[0] == 0:
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case res[0] == -1:
+		return fmt.Errorf("%w: %q", ErrLeaseLost, id)
+	}
+	return nil
+}

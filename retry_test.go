@@ -1,0 +1,196 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBackoffSchedule(t *testing.T) {
+	b := BackoffSchedule(0, 0, 2*time.Minute, 10*time.Minute)
+	var got []time.Duration
+	for attempt := 1; attempt <= 6; attempt++ {
+		got = append(got, b(attempt))
+	}
+	assert.Equal(t, []time.Duration{0, 0, 2 * time.Minute, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute}, got)
+	assert.Zero(t, BackoffSchedule()(3))
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	b := ExponentialBackoff(time.Second, 10*time.Second)
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 50: 10 * time.Second} {
+		for range 20 {
+			d := b(attempt)
+			assert.GreaterOrEqual(t, d, want/2, "attempt %d", attempt)
+			assert.LessOrEqual(t, d, want, "attempt %d", attempt)
+		}
+	}
+}
+
+func TestRetryWaitsItsBackoffThenGoesDead(t *testing.T) {
+	ctx := context.Background()
+	q, _, _, advance := clockQueue(t, WithBackoff(BackoffSchedule(0, 2*time.Minute)), WithMaxAttempts(3))
+	id := pushed(t, q, &Job{Topic: "t", Body: []byte("b")})
+
+	// First failure: retried at once.
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	require.NoError(t, q.Retry(ctx, job, errors.New("smtp: 421\ntry later")))
+	job, err = q.Pop(ctx, "t", 0)
+	require.NoError(t, err, "a zero backoff makes the job ready at once")
+	assert.Equal(t, 2, job.Attempts)
+	assert.Equal(t, "smtp: 421 try later", job.LastError, "the error is kept on one line")
+
+	// Second failure: waits two minutes.
+	require.NoError(t, q.Retry(ctx, job, errors.New("again")))
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateDelayed, got.State)
+	advance(2*time.Minute - time.Millisecond)
+	res, err := q.moveDue(ctx, 0, "token")
+	require.NoError(t, err)
+	assert.Zero(t, res.moved)
+	advance(time.Millisecond)
+	res, err = q.moveDue(ctx, 0, "token")
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.moved)
+
+	// Third failure: attempts ran out.
+	job, err = q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 3, job.Attempts)
+	require.NoError(t, q.Retry(ctx, job, errors.New("gave up")))
+	got, err = q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateDead, got.State)
+	assert.Equal(t, "gave up", got.LastError)
+	_, err = q.Pop(ctx, "t", 0)
+	assert.ErrorIs(t, err, ErrNoJob)
+}
+
+func TestStaleConsumerCannotRetryTouchOrFinish(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		startQueue(t, q)
+		pushed(t, q, &Job{Topic: "t", TTR: 100 * time.Millisecond})
+		stale, err := q.Pop(ctx, "t", time.Minute)
+		require.NoError(t, err)
+		// The lease runs out and another consumer gets the job.
+		current, err := q.Pop(ctx, "t", time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, stale.ID, current.ID)
+		require.NoError(t, q.Touch(ctx, current), "the current holder keeps it")
+
+		assert.ErrorIs(t, q.Retry(ctx, stale, errors.New("late")), ErrLeaseLost)
+		assert.ErrorIs(t, q.Touch(ctx, stale), ErrLeaseLost)
+		assert.ErrorIs(t, q.Release(ctx, stale), ErrLeaseLost)
+		assert.ErrorIs(t, q.finish(ctx, stale.ID, stale.lease), ErrLeaseLost)
+		got, err := q.Get(ctx, current.ID)
+		require.NoError(t, err)
+		assert.Equal(t, StateReserved, got.State, "the stale consumer changed nothing")
+		assert.Equal(t, 2, got.Attempts)
+		assert.Contains(t, got.LastError, "reservation ran out", "the lapse is recorded")
+
+		require.NoError(t, q.finish(ctx, current.ID, current.lease))
+		assert.ErrorIs(t, q.Retry(ctx, current, nil), ErrNotFound, "a finished job stays finished")
+		assert.ErrorIs(t, q.Touch(ctx, stale), ErrNotFound)
+		_, err = q.Get(ctx, current.ID)
+		assert.ErrorIs(t, err, ErrNotFound, "a late retry does not resurrect the job")
+	})
+}
+
+func TestTouchExtendsTheLease(t *testing.T) {
+	ctx := context.Background()
+	q, _, _, advance := clockQueue(t)
+	pushed(t, q, &Job{Topic: "t", TTR: 10 * time.Second})
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	first := job.ReservedUntil
+	advance(8 * time.Second)
+	require.NoError(t, q.Touch(ctx, job))
+	assert.Equal(t, first.Add(8*time.Second), job.ReservedUntil)
+	advance(5 * time.Second) // past the first deadline, not the new one
+	res, err := q.moveDue(ctx, 0, "token")
+	require.NoError(t, err)
+	assert.Zero(t, res.moved, "a touched job is not delivered again")
+	assert.Equal(t, 5*time.Second, res.next)
+}
+
+func TestReleaseGivesTheJobBackWithoutCountingTheAttempt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{Topic: "t"})
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Release(ctx, job))
+		again, err := q.Pop(ctx, "t", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, job.ID, again.ID)
+		assert.Equal(t, 1, again.Attempts)
+		assert.ErrorIs(t, q.Release(ctx, &Job{ID: job.ID}), ErrInvalidJob, "only a popped job can be released")
+	})
+}
+
+func TestReschedule(t *testing.T) {
+	ctx := context.Background()
+	q, _, _, advance := clockQueue(t)
+	id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+	require.NoError(t, q.Reschedule(ctx, id, time.Minute, time.Time{}))
+	advance(time.Minute)
+	res, err := q.moveDue(ctx, 0, "token")
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.moved, "due after the new delay")
+
+	// A ready job can be put off again; its stale list entry is skipped.
+	require.NoError(t, q.Reschedule(ctx, id, time.Hour, time.Time{}))
+	_, err = q.Pop(ctx, "t", 0)
+	assert.ErrorIs(t, err, ErrNoJob)
+	require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	assert.Equal(t, id, job.ID)
+
+	assert.ErrorIs(t, q.Reschedule(ctx, id, time.Minute, time.Time{}), ErrNotPending)
+	assert.ErrorIs(t, q.Reschedule(ctx, "nope", time.Minute, time.Time{}), ErrNotFound)
+	assert.ErrorIs(t, q.Reschedule(ctx, id, -time.Minute, time.Time{}), ErrInvalidJob)
+}
+
+func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(4))
+		jobs := make([]*Job, 300)
+		for i := range jobs {
+			jobs[i] = &Job{Topic: "t", Body: []byte{byte(i)}}
+		}
+		jobs[7].ID = "mine"
+		ids, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		require.Len(t, ids, 300)
+		for i, job := range jobs {
+			assert.Equal(t, ids[i], job.ID, "IDs are stored in the jobs")
+		}
+		assert.Equal(t, "mine", ids[7])
+		again, err := q.PushMany(ctx, jobs) // a retry after an unclear error
+		require.NoError(t, err)
+		assert.Equal(t, ids, again)
+		seen := consume(t, []*DelayQueue{q}, "t", 2, 300)
+		assert.Len(t, seen, 300)
+		for _, n := range seen {
+			assert.Equal(t, 1, n)
+		}
+
+		bad := []*Job{{Topic: "t"}, {Topic: ""}}
+		_, err = q.PushMany(ctx, bad)
+		assert.ErrorIs(t, err, ErrInvalidTopic)
+		assert.True(t, strings.HasPrefix(err.Error(), "job 1:"))
+		assert.Empty(t, bad[0].ID, "a refused batch pushes nothing")
+	})
+}

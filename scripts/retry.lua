@@ -1,0 +1,35 @@
+-- retry.lua: a consumer failed a reserved job: deliver it again after a
+-- delay, or move it to the dead letters when its attempts ran out.
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
+-- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set
+-- ARGV[1] job id  ARGV[2] lease  ARGV[3] delay ms  ARGV[4] error text
+-- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] bucket index
+-- returns {1, due_ms} delayed, {2} dead, {0} no such job,
+-- {-1} the caller's lease is gone (the job is not reserved under it)
+-- Running it twice retries once: the second run finds the lease gone.
+
+local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local wake, ready_channel, b = ARGV[5], ARGV[6], ARGV[7]
+
+local job, status = held(pool, id, lease)
+if not job then
+  return {status}
+end
+job.err = ARGV[4]
+local now = now_us()
+redis.call('ZREM', bucket, id)
+if job.attempts >= job.max then
+  kill(pool, dead_prefix, dead_topics, id, job, now)
+  return {2}
+end
+local due = due_ms(now, delay)
+if delay <= 0 then
+  make_ready(pool, ready_prefix, ready_channel, b, id, job, now)
+  return {1, due}
+end
+job.state, job.at = DELAYED, due
+redis.call('HSET', pool, id, encode(job))
+redis.call('ZADD', bucket, due, id)
+wake_if_first(bucket, wake, b, due, now)
+return {1, due}
