@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
 	code := m.Run()
 	redistest.StopShared()
 	if code == 0 {

@@ -12,9 +12,8 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue"
-	"github.com/redis/go-redis/v9"
+	"github.com/dqueue/delayqueue/internal/exampleredis"
 )
 
 func main() {
@@ -27,18 +26,11 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		srv, err := miniredis.Run()
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		addr = srv.Addr()
-		fmt.Println("using an embedded miniredis; set REDIS_ADDR to use a real Redis")
+	client, closeClient, err := exampleredis.Client()
+	if err != nil {
+		return err
 	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
+	defer closeClient()
 
 	q, err := delayqueue.New(client, delayqueue.WithName("quickstart"))
 	if err != nil {
@@ -52,6 +44,7 @@ func run(ctx context.Context) error {
 	delays := []time.Duration{2500 * time.Millisecond, 0, 1500 * time.Millisecond, 500 * time.Millisecond, 3 * time.Second, time.Second}
 	due := map[string]time.Time{}
 	for i, d := range delays {
+		dueAt := time.Now().Add(d)
 		id, err := q.Push(ctx, &delayqueue.Job{
 			Topic: "reminder",
 			Body:  fmt.Appendf(nil, "reminder #%d, due in %v", i+1, d),
@@ -60,7 +53,7 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		due[id] = time.Now().Add(d)
+		due[id] = dueAt
 		fmt.Printf("pushed %s: reminder #%d in %v\n", id, i+1, d)
 	}
 

@@ -1,0 +1,505 @@
+package delayqueue
+
+// Fault tests: real redis-server processes, consumers and movers in child
+// processes killed or paused with signals, and a proxy that cuts Redis off.
+// Each logs its figures on a line starting with "FAULT". DQ_SOAK=1 runs them
+// at full scale (100,000 and 1,000,000 jobs); the default scale keeps
+// `go test ./...` quick.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/dqueue/delayqueue/internal/tcpproxy"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// soak reports whether DQ_SOAK=1 asks for full-scale fault runs.
+func soak() bool { return os.Getenv("DQ_SOAK") == "1" }
+
+// scale picks a job count for the default run or the soak run.
+func scale(quick, full int) int {
+	if soak() {
+		return full
+	}
+	return quick
+}
+
+// Child processes: the test binary runs itself with DQ_HELPER set, and
+// TestMain hands over to runHelper before any test runs.
+const helperEnv = "DQ_HELPER"
+
+func runHelper(mode string) int {
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("DQ_ADDR")})
+	lease, _ := time.ParseDuration(os.Getenv("DQ_LEASE"))
+	if lease == 0 {
+		lease = 30 * time.Second
+	}
+	opts := []Option{WithName(os.Getenv("DQ_NAME")), WithLease(lease), WithLogger(discard)}
+	ctx := context.Background()
+	switch mode {
+	case "hold": // pop DQ_N jobs, say so, and hold them until killed
+		q, err := New(c, opts...)
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		n, _ := strconv.Atoi(os.Getenv("DQ_N"))
+		for i := 0; i < n; {
+			if _, err := q.Pop(ctx, "t", time.Minute); err == nil {
+				i++
+			}
+		}
+		fmt.Println("held", n)
+	case "mover": // move jobs until killed
+		q, err := New(c, opts...)
+		if err == nil {
+			err = q.Start(ctx)
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("started")
+	case "churn": // open, move for a moment, close; again and again until killed
+		fmt.Println("started")
+		for {
+			q, err := New(c, opts...)
+			if err != nil {
+				continue
+			}
+			if q.Start(ctx) == nil {
+				time.Sleep(time.Duration(20+rand.IntN(200)) * time.Millisecond) // a process's lifetime
+			}
+			_ = q.Close(ctx)
+		}
+	default:
+		fmt.Println("unknown helper", mode)
+		return 2
+	}
+	select {} // until killed
+}
+
+// child is a helper process.
+type child struct {
+	cmd *exec.Cmd
+	out *bufio.Scanner
+}
+
+// startChild runs the test binary as a helper and waits for its first line.
+func startChild(t *testing.T, mode, addr, name string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "DQ_ADDR="+addr, "DQ_NAME="+name)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd, out: bufio.NewScanner(stdout)}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return c
+}
+
+// expect waits for the child's next line and checks its start.
+func (c *child) expect(t *testing.T, prefix string) {
+	t.Helper()
+	require.True(t, c.out.Scan(), "child ended before saying %q: %v", prefix, c.out.Err())
+	require.True(t, strings.HasPrefix(c.out.Text(), prefix), "child said %q, want %q", c.out.Text(), prefix)
+}
+
+func (c *child) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(sig))
+}
+
+// tally counts deliveries per job ID, against the IDs that must arrive.
+type tally struct {
+	mu      sync.Mutex
+	want    map[string]bool
+	seen    map[string]int
+	missing int // wanted IDs not yet seen
+	n       int
+}
+
+func newTally(want []string) *tally {
+	tl := &tally{want: map[string]bool{}, seen: map[string]int{}}
+	for _, id := range want {
+		tl.want[id] = true
+	}
+	tl.missing = len(tl.want)
+	return tl
+}
+
+// add counts a delivery and reports whether every wanted ID has arrived.
+func (tl *tally) add(id string) bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.seen[id]++
+	tl.n++
+	if tl.seen[id] == 1 && tl.want[id] {
+		tl.missing--
+	}
+	return tl.missing == 0
+}
+
+// report logs the figures and asserts that every wanted job arrived exactly
+// once. Jobs delivered that were not wanted (a push that returned an error
+// but reached Redis) are counted apart.
+func (tl *tally) report(t *testing.T, name string) {
+	t.Helper()
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	dup, extra := 0, 0
+	for id, n := range tl.seen {
+		dup += n - 1
+		if !tl.want[id] {
+			extra++
+		}
+	}
+	t.Logf("FAULT %s: pushed=%d delivered=%d lost=%d duplicated=%d delivered-though-not-acknowledged=%d",
+		name, len(tl.want), tl.n, tl.missing, dup, extra)
+	assert.Zero(t, tl.missing, "jobs lost")
+	assert.Zero(t, dup, "jobs delivered twice")
+}
+
+// consumeInto pops and finishes jobs of topic "t" with several workers until
+// every wanted job was delivered or ctx ends, then makes sure nothing more
+// is ready.
+func consumeInto(ctx context.Context, t *testing.T, q *DelayQueue, tl *tally) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				job, err := q.Pop(ctx, "t", time.Second)
+				if err != nil {
+					continue
+				}
+				_ = q.Finish(ctx, job.ID)
+				if tl.add(job.ID) {
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Whatever is still ready now would be a duplicate or an extra.
+	for {
+		job, err := q.Pop(context.Background(), "t", 0)
+		if err != nil {
+			assert.ErrorIs(t, err, ErrNoJob)
+			return
+		}
+		_ = q.Finish(context.Background(), job.ID)
+		tl.add(job.ID)
+	}
+}
+
+// pushN pushes n jobs of topic "t" with PushMany and returns their IDs.
+func pushN(t *testing.T, q *DelayQueue, n int, mk func(i int) *Job) []string {
+	t.Helper()
+	var ids []string
+	for start := 0; start < n; start += 1000 {
+		jobs := make([]*Job, 0, 1000)
+		for i := start; i < min(n, start+1000); i++ {
+			jobs = append(jobs, mk(i))
+		}
+		got, err := q.PushMany(context.Background(), jobs)
+		require.NoError(t, err)
+		ids = append(ids, got...)
+	}
+	return ids
+}
+
+func TestFaultConsumerKilledHoldingJobs(t *testing.T) {
+	const n = 1000
+	s := redistest.Start(t)
+	c := s.Client(t)
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name))
+	ids := pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", TTR: time.Second} })
+
+	holder := startChild(t, "hold", s.Addr, name, "DQ_N="+strconv.Itoa(n))
+	holder.expect(t, "held 1000")
+	holder.signal(t, syscall.SIGKILL)
+
+	startQueue(t, q)
+	tl := newTally(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	consumeInto(ctx, t, q, tl)
+	tl.report(t, "consumer SIGKILLed holding 1000 reserved jobs")
+}
+
+func TestFaultRedisKilledMidPushWithAOF(t *testing.T) {
+	s := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name))
+
+	var mu sync.Mutex
+	var acked []string
+	var attempted atomic.Int64
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				attempted.Add(1)
+				if _, err := q.Push(ctx, &Job{ID: id, Topic: "t"}); err == nil {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= scale(2000, 20000)
+	}, time.Minute, time.Millisecond)
+	s.Kill() // in the middle of pushes
+	stop()
+	wg.Wait()
+	require.NoError(t, s.Restart())
+
+	mu.Lock()
+	defer mu.Unlock()
+	tl := newTally(acked)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q2 := newQueue(t, s.Client(t), WithName(name))
+	consumeInto(ctx, t, q2, tl)
+	t.Logf("FAULT redis SIGKILLed mid-push (appendfsync always): push calls=%d acknowledged=%d", attempted.Load(), len(acked))
+	tl.report(t, "redis SIGKILLed mid-push and restarted from its AOF")
+}
+
+func TestFaultLeaseHolderPausedPastItsLease(t *testing.T) {
+	n := scale(20_000, 100_000)
+	s := redistest.Start(t)
+	c := s.Client(t)
+	name := uniqueName(t)
+	const lease = 500 * time.Millisecond
+	q := newQueue(t, c, WithName(name), WithLease(lease))
+
+	holder := startChild(t, "mover", s.Addr, name, "DQ_LEASE="+lease.String())
+	holder.expect(t, "started")
+	locks := func() []string {
+		var vals []string
+		for b := range q.opts.buckets {
+			v, _ := c.Get(context.Background(), q.keys.bucket(b).lock).Result()
+			vals = append(vals, v)
+		}
+		return vals
+	}
+	require.Eventually(t, func() bool { return !slicesContain(locks(), "") }, 10*time.Second, time.Millisecond,
+		"the child holds every bucket")
+	childTokens := locks()
+
+	before := commandCalls(t, c)["rpush"]
+	due := time.Now().Add(time.Second)
+	ids := pushN(t, q, n, func(i int) *Job {
+		return &Job{Topic: "t", RunAt: due.Add(time.Duration(i%3000) * time.Millisecond), TTR: time.Hour}
+	})
+	startQueue(t, q)
+
+	holder.signal(t, syscall.SIGSTOP) // paused while it holds the leases
+	require.Eventually(t, func() bool {
+		for b, v := range locks() {
+			if v != q.handlers[b].token {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, time.Millisecond, "this process takes every bucket over")
+	holder.signal(t, syscall.SIGCONT) // resumes, believing it still holds them
+
+	tl := newTally(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	consumeInto(ctx, t, q, tl)
+	moves := commandCalls(t, c)["rpush"] - before
+	t.Logf("FAULT lease holder SIGSTOPped past its lease: jobs=%d ready-list pushes=%d", n, moves)
+	assert.Equal(t, int64(n), moves, "every job was moved exactly once")
+	assert.NotEqual(t, childTokens, locks())
+	tl.report(t, "lease holder SIGSTOPped past its lease")
+}
+
+func TestFaultFiveProcessesContendForEveryBucket(t *testing.T) {
+	n := scale(20_000, 100_000)
+	s := redistest.Start(t)
+	c := s.Client(t)
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name))
+	for i := range 5 {
+		mode := "mover"
+		if i >= 2 {
+			mode = "churn" // these come and go, so buckets change hands
+		}
+		startChild(t, mode, s.Addr, name, "DQ_LEASE=200ms").expect(t, "started")
+	}
+	due := time.Now().Add(500 * time.Millisecond)
+	ids := pushN(t, q, n, func(i int) *Job {
+		return &Job{Topic: "t", RunAt: due.Add(time.Duration(i%2000) * time.Millisecond), TTR: time.Hour}
+	})
+	tl := newTally(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	consumeInto(ctx, t, q, tl)
+	moves := commandCalls(t, c)["rpush"]
+	t.Logf("FAULT five processes contending: jobs=%d ready-list pushes=%d", n, moves)
+	assert.Equal(t, int64(n), moves, "every job was moved exactly once")
+	tl.report(t, "five processes contending for every bucket")
+}
+
+func TestFaultManyJobsDueInTheSameMillisecond(t *testing.T) {
+	const n = 10_000
+	s := redistest.Shared(t)
+	q := newQueue(t, s.Client(t), WithDefaultTTR(time.Hour))
+	startQueue(t, q)
+	due := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	ids := pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", RunAt: due} })
+	tl := newTally(ids)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	consumeInto(ctx, t, q, tl)
+	tl.report(t, "10,000 jobs due in the same millisecond")
+}
+
+func TestFaultHugeBacklogDrainsInShortScriptCalls(t *testing.T) {
+	n := scale(100_000, 1_000_000)
+	ctx := context.Background()
+	// SLOWLOG keeps every command of 1 ms or more.
+	s := redistest.Start(t, "--slowlog-log-slower-than", "1000", "--slowlog-max-len", "100000")
+	c := s.Client(t)
+	q := newQueue(t, c, WithBuckets(8))
+	due := time.Now().Add(time.Duration(n/20_000+5) * time.Second) // after the pushes
+	pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", RunAt: due, TTR: time.Hour} })
+	require.True(t, time.Now().Before(due), "pushing took longer than planned")
+	require.NoError(t, c.Do(ctx, "SLOWLOG", "RESET").Err())
+
+	startQueue(t, q)
+	require.Eventually(t, func() bool {
+		var ready int64
+		for b := range q.opts.buckets {
+			ready += c.LLen(ctx, q.keys.bucket(b).ready("t")).Val()
+		}
+		return ready == int64(n)
+	}, 5*time.Minute, 10*time.Millisecond, "every job reaches its ready list")
+	drained := time.Since(due)
+
+	slow, err := c.SlowLogGet(ctx, -1).Result()
+	require.NoError(t, err)
+	var longest time.Duration
+	over, scripts := 0, 0
+	for _, e := range slow {
+		if len(e.Args) == 0 || !strings.HasPrefix(strings.ToLower(e.Args[0]), "eval") {
+			continue // such as the SLOWLOG RESET above
+		}
+		scripts++
+		longest = max(longest, e.Duration)
+		if e.Duration >= 10*time.Millisecond {
+			over++
+			t.Logf("slow: %v %v", e.Duration, e.Args[:min(len(e.Args), 2)])
+		}
+	}
+	t.Logf("FAULT %d jobs due at once: drained %v after their due time; script calls over 1 ms=%d, over 10 ms=%d, longest=%v (SLOWLOG)",
+		n, drained.Round(time.Millisecond), scripts, over, longest)
+	assert.Zero(t, over, "no script call took 10 ms or more")
+}
+
+func TestFaultRedisUnreachableAtStartAndMidway(t *testing.T) {
+	s := redistest.Start(t)
+	proxy, err := tcpproxy.Start(s.Addr, false)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	name := uniqueName(t)
+
+	// Unreachable at start: New says so, and works once Redis is back.
+	_, err = New(c, WithName(name))
+	require.Error(t, err)
+	t.Logf("New with Redis unreachable: %v", err)
+	proxy.SetUp(true)
+	q, err := New(c, WithName(name), WithLogger(discard), WithSafetyPoll(time.Second))
+	require.NoError(t, err)
+	startQueue(t, q)
+
+	var acked []string
+	push := func(i int) {
+		id, err := q.Push(context.Background(), &Job{ID: fmt.Sprintf("job-%d", i), Topic: "t", Delay: 300 * time.Millisecond})
+		if err == nil {
+			acked = append(acked, id)
+		}
+	}
+	for i := range 100 {
+		push(i)
+	}
+	proxy.SetUp(false) // midway: jobs are due while Redis is unreachable
+	failed := 0
+	for i := 100; i < 120; i++ {
+		n := len(acked)
+		push(i)
+		if len(acked) == n {
+			failed++
+		}
+	}
+	assert.Equal(t, 20, failed, "pushes while Redis is unreachable return errors")
+	unreachable := time.NewTimer(time.Second)
+	<-unreachable.C // stay away past the jobs' due time and a few handler retries
+	proxy.SetUp(true)
+	for i := 120; i < 200; i++ {
+		push(i)
+	}
+
+	tl := newTally(acked)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	consumeInto(ctx, t, q, tl)
+	tl.report(t, "redis unreachable at start and midway")
+
+	proxy.SetUp(false) // Close must not hang on an unreachable Redis
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelClose()
+	start := time.Now()
+	err = q.Close(closeCtx)
+	t.Logf("Close with Redis unreachable returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	assert.NoError(t, closeCtx.Err(), "Close returned within its context")
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
