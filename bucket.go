@@ -16,11 +16,11 @@ import (
 func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, error) {
 	bk := q.keys.bucket(b)
 	args := make([]any, 0, 3+7*len(jobs))
-	args = append(args, q.keys.wakeChannel(), q.keys.readyChannelPrefix(), b)
+	args = append(args, bk.wake, bk.readyChannels, q.pub)
 	for _, j := range jobs {
 		args = append(args, j.id, j.topic, j.delayMs, j.runAtMs, j.ttrMs, j.maxAttempts, j.body)
 	}
-	res, err := scriptPush.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.readyPrefix}, args...).Int64Slice()
+	res, err := q.run(ctx, scriptPush, []string{bk.pool, bk.zset, bk.readyPrefix}, args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
 	}
@@ -52,8 +52,8 @@ type moveResult struct {
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics}
-	res, err := scriptMove.Run(ctx, q.client, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, q.keys.readyChannelPrefix(), b).Int64Slice()
+	res, err := q.run(ctx, scriptMove, keys,
+		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub).Int64Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}

@@ -21,6 +21,7 @@ type DelayQueue struct {
 	client redis.UniversalClient
 	opts   options
 	keys   keyspace
+	pub    string // PUBLISH, or SPUBLISH on Redis Cluster
 	ids    *snowflake.Node
 	rotor  atomic.Uint32 // where the next Pop starts looking
 
@@ -65,7 +66,11 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		client: client,
 		opts:   o,
 		keys:   newKeyspace(o.name, o.buckets),
+		pub:    "PUBLISH",
 		done:   make(chan struct{}),
+	}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		q.pub = "SPUBLISH"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
@@ -104,16 +109,16 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	q.warnEviction(ctx)
-	n, err := q.notifierLocked(ctx)
-	if err != nil {
+	handlers := make([]*handler, q.opts.buckets)
+	for b := range handlers {
+		handlers[b] = newHandler(q, b)
+	}
+	// Listen before the first move, so that no push in between goes unheard.
+	if err := q.notifierLocked(ctx).listenForHandlers(ctx, handlers); err != nil {
 		return err
 	}
+	q.handlers = handlers
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	q.handlers = make([]*handler, q.opts.buckets)
-	for b := range q.handlers {
-		q.handlers[b] = newHandler(q, b)
-	}
-	n.setHandlers(q.handlers)
 	var wg sync.WaitGroup
 	for _, h := range q.handlers {
 		wg.Add(1)
@@ -172,18 +177,13 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// notifierLocked returns the queue's pub/sub listener, starting it on first
+// notifierLocked returns the queue's pub/sub listener, making it on first
 // use. q.mu must be held.
-func (q *DelayQueue) notifierLocked(ctx context.Context) (*notifier, error) {
-	if q.notes != nil {
-		return q.notes, nil
+func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
+	if q.notes == nil {
+		q.notes = newNotifier(ctx, q)
 	}
-	n, err := newNotifier(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	q.notes = n
-	return n, nil
+	return q.notes
 }
 
 func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
@@ -192,7 +192,7 @@ func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
 	if q.closed.Load() {
 		return nil, ErrClosed
 	}
-	return q.notifierLocked(ctx)
+	return q.notifierLocked(ctx), nil
 }
 
 // Push adds a job and returns its ID: the job's own ID when it has one, else

@@ -42,13 +42,18 @@
 //
 // A queue has a name and a fixed number of buckets (WithBuckets, default 8),
 // stored in Redis. A job's bucket follows from its ID alone. All keys of
-// bucket b carry the hash tag {name:b}, so one bucket lives in one Cluster
-// slot and the buckets spread over the masters:
+// bucket b carry the hash tag {name:b} (or {name:b~k}, so that the buckets'
+// slots spread evenly over the slot space), so one bucket lives in one
+// Cluster slot and the buckets spread over the masters:
 //
 //	dq:{name:b}:pool           HASH    job ID -> encoded job
 //	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by lease deadline (ms)
 //	dq:{name:b}:ready:<topic>  LIST    IDs of ready jobs, oldest first
 //	dq:{name:b}:dead:<topic>   ZSET    IDs of dead jobs by time of death
 //	dq:{name:b}:lock           STRING  the lease of the bucket's handler
+//	dq:{name:b}:deadtopics     SET     topics with dead letters
 //	dq:{name}:meta             HASH    bucket count, ID node counter
+//
+// Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
+// dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.
 package delayqueue

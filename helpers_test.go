@@ -38,12 +38,12 @@ func TestMain(m *testing.M) {
 
 // backend is one Redis the behaviour tests run against.
 type backend struct {
-	client *redis.Client
+	client redis.UniversalClient
 	mini   *miniredis.Miniredis // nil on a real redis-server
-	server *redistest.Server    // nil on miniredis
 }
 
-// forEachBackend runs f against miniredis and against a real redis-server.
+// forEachBackend runs f against miniredis, a real redis-server and a real
+// 3-master Redis Cluster.
 func forEachBackend(t *testing.T, f func(t *testing.T, be backend)) {
 	t.Run("miniredis", func(t *testing.T) {
 		m := miniredis.RunT(t)
@@ -52,8 +52,10 @@ func forEachBackend(t *testing.T, f func(t *testing.T, be backend)) {
 		f(t, backend{client: c, mini: m})
 	})
 	t.Run("redis", func(t *testing.T) {
-		s := redistest.Shared(t)
-		f(t, backend{client: s.Client(t), server: s})
+		f(t, backend{client: redistest.Shared(t).Client(t)})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		f(t, backend{client: redistest.ClusterClient(t, redistest.SharedCluster(t))})
 	})
 }
 
@@ -126,11 +128,24 @@ func serverMs(t testing.TB, c redis.UniversalClient) int64 {
 	return now.UnixMilli()
 }
 
-// keysOf lists every key in Redis, sorted.
+// keysOf lists every key in Redis (on every master of a cluster), sorted.
 func keysOf(t testing.TB, c redis.UniversalClient) []string {
 	t.Helper()
-	keys, err := c.Keys(context.Background(), "*").Result()
-	require.NoError(t, err)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var keys []string
+	collect := func(ctx context.Context, c redis.Cmdable) error {
+		k, err := c.Keys(ctx, "*").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		keys = append(keys, k...)
+		return err
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return collect(ctx, m) }))
+	} else {
+		require.NoError(t, collect(ctx, c))
+	}
 	slices.Sort(keys)
 	return keys
 }
@@ -162,10 +177,12 @@ func miniredisClient(t *testing.T) *redis.Client {
 
 // verifyNoLeaks fails the test when goroutines started since the call
 // outlive it. The client's pooled connections stay open, and so do
-// miniredis's goroutines serving them; every goroutine of the queue must end.
+// miniredis's goroutines serving them and the per-node goroutines a cluster
+// client starts as it meets nodes; every goroutine of the queue must end.
 func verifyNoLeaks(t *testing.T) func() {
 	opts := []goleak.Option{goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2")}
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop")}
 	return func() { goleak.VerifyNone(t, opts...) }
 }

@@ -2,6 +2,8 @@ package delayqueue
 
 import (
 	"strconv"
+
+	"github.com/dqueue/delayqueue/internal/slot"
 )
 
 // keyspace builds every Redis key and channel name of one queue. Nothing else
@@ -9,7 +11,11 @@ import (
 //
 // Every key of bucket b starts with "dq:{name:b}:", so the hash tag {name:b}
 // puts all of them in one Redis Cluster slot, and different buckets of one
-// queue in different slots:
+// queue in different slots. With up to 256 buckets, the tag of bucket b of n
+// is chosen so that its slot falls in the b-th n-th of the slot space,
+// adding "~k" (the smallest k that does) when {name:b} itself does not: a
+// cluster whose masters serve contiguous, even slot ranges (as redis-cli
+// --cluster create makes them) then gets an even share of every queue.
 //
 //	dq:{name:b}:pool           HASH  job ID -> encoded job
 //	dq:{name:b}:bucket         ZSET  job ID scored by due time or lease deadline (ms)
@@ -19,10 +25,12 @@ import (
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name}:meta             HASH  bucket count and node sequence of the queue
 //
-// Pub/sub channels are not keys and carry no slot:
+// Each bucket also has pub/sub channels under its tag. On Redis Cluster the
+// scripts publish to them with SPUBLISH, so a wake-up stays on the shard that
+// owns the bucket instead of crossing the cluster bus to every node:
 //
-//	dq:{name}:wake           "<bucket>:<microseconds until due>" or "<bucket>:free"
-//	dq:{name}:ready:<topic>  "<bucket>:<count>" when jobs became ready
+//	dq:{name:b}:ev:wake           "<microseconds until due>" or "free"
+//	dq:{name:b}:ev:ready:<topic>  "<count>" when jobs became ready
 type keyspace struct {
 	name    string
 	buckets []bucketKeys
@@ -31,25 +39,47 @@ type keyspace struct {
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics string
+	wake, readyChannels                                   string // channel, and prefix of the topics' channels
 }
 
 func newKeyspace(name string, buckets int) keyspace {
 	ks := keyspace{name: name, buckets: make([]bucketKeys, buckets)}
 	for b := range ks.buckets {
-		prefix := "dq:{" + name + ":" + strconv.Itoa(b) + "}:"
+		prefix := "dq:{" + bucketTag(name, b, buckets) + "}:"
 		ks.buckets[b] = bucketKeys{
-			pool:        prefix + "pool",
-			zset:        prefix + "bucket",
-			readyPrefix: prefix + "ready:",
-			deadPrefix:  prefix + "dead:",
-			lock:        prefix + "lock",
-			deadTopics:  prefix + "deadtopics",
+			pool:          prefix + "pool",
+			zset:          prefix + "bucket",
+			readyPrefix:   prefix + "ready:",
+			deadPrefix:    prefix + "dead:",
+			lock:          prefix + "lock",
+			deadTopics:    prefix + "deadtopics",
+			wake:          prefix + "ev:wake",
+			readyChannels: prefix + "ev:ready:",
 		}
 	}
 	return ks
 }
 
 func (ks keyspace) bucket(b int) bucketKeys { return ks.buckets[b] }
+
+// bucketTag returns the hash tag of bucket b of n, without its braces.
+func bucketTag(name string, b, n int) string {
+	base := name + ":" + strconv.Itoa(b)
+	if n > 256 {
+		return base // windows too narrow to hit quickly; many buckets spread anyway
+	}
+	lo, hi := b*slot.Count/n, (b+1)*slot.Count/n
+	for k := range 1 << 20 {
+		tag := base
+		if k > 0 {
+			tag += "~" + strconv.Itoa(k)
+		}
+		if s := slot.Of("{" + tag + "}"); s >= lo && s < hi {
+			return tag
+		}
+	}
+	return base
+}
 
 // ready is the ready list of topic in this bucket.
 func (bk bucketKeys) ready(topic string) string { return bk.readyPrefix + topic }
@@ -59,8 +89,5 @@ func (bk bucketKeys) dead(topic string) string { return bk.deadPrefix + topic }
 
 func (ks keyspace) meta() string { return "dq:{" + ks.name + "}:meta" }
 
-func (ks keyspace) wakeChannel() string { return "dq:{" + ks.name + "}:wake" }
-
-func (ks keyspace) readyChannelPrefix() string { return "dq:{" + ks.name + "}:ready:" }
-
-func (ks keyspace) readyChannel(topic string) string { return ks.readyChannelPrefix() + topic }
+// readyChannel is the channel that announces ready jobs of topic in this bucket.
+func (bk bucketKeys) readyChannel(topic string) string { return bk.readyChannels + topic }

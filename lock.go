@@ -27,8 +27,8 @@ func newToken() string {
 // unlock releases bucket b's lease if token still holds it, and tells the
 // other processes' handlers that it is free. It reports whether it did.
 func (q *DelayQueue) unlock(ctx context.Context, b int, token string) (bool, error) {
-	r, err := scriptUnlock.Run(ctx, q.client, []string{q.keys.bucket(b).lock},
-		token, q.keys.wakeChannel(), b).Int64()
+	bk := q.keys.bucket(b)
+	r, err := q.run(ctx, scriptUnlock, []string{bk.lock}, token, bk.wake, q.pub).Int64()
 	if err != nil {
 		return false, fmt.Errorf("delayqueue: release lease of bucket %d: %w", b, err)
 	}

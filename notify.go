@@ -2,81 +2,169 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier is a queue's one pub/sub connection. It carries two kinds of
-// wake-up: "<bucket>:<µs until due>" or "<bucket>:free" on the wake channel,
-// for the bucket handlers, and "<bucket>:<count>" on a topic's ready
-// channel, for the consumers of that topic. Pub/sub loses what is published while the
-// connection is down; when go-redis re-subscribes after a reconnect, every
-// handler and every consumer looks at Redis again.
+// notifier carries the queue's wake-ups over pub/sub: each bucket's wake
+// channel ("<µs until due>" or "free") to the bucket's handler, and each
+// bucket's ready channel of a topic ("<count>") to the Pops of that topic.
+// On Redis Cluster the channels are sharded (SSUBSCRIBE), one connection per
+// bucket to the master that owns it; elsewhere one connection carries all.
+// Pub/sub loses what is published while a connection is down; when go-redis
+// subscribes again after a reconnect, everyone listening there looks at
+// Redis again. When a bucket's slot moves to another master, that master's
+// Redis drops the sharded subscriptions; the notifier then subscribes anew
+// on the bucket's new master.
 type notifier struct {
-	q      *DelayQueue
-	pubsub *redis.PubSub
-	done   chan struct{} // closed when the reader goroutine has returned
+	q       *DelayQueue
+	sharded bool
+	ctx     context.Context // ends at close; for re-subscribing in the background
+	cancel  context.CancelFunc
+	moves   sync.WaitGroup // re-subscriptions under way
 
-	mu         sync.Mutex
-	subscribed map[string]chan struct{} // channel -> closed once confirmed
-	topics     map[string]*topicWatch
-	handlers   []*handler
+	mu       sync.Mutex
+	subs     map[int]*subscription // by bucket when sharded, else only 0
+	routes   map[string]route      // channel -> what it carries
+	topics   map[string]*topicWatch
+	watched  map[string]bool // topics whose subscription was confirmed once
+	handlers []*handler
+	closed   bool
 }
 
-func newNotifier(ctx context.Context, q *DelayQueue) (*notifier, error) {
+// route is what a channel carries: the wake-ups of a bucket's handler, or
+// the ready jobs of a topic in a bucket.
+type route struct {
+	bucket int
+	topic  string // empty for the wake channel
+}
+
+// subscription is one pub/sub connection and its reader goroutine.
+type subscription struct {
+	key       int // in notifier.subs
+	ps        *redis.PubSub
+	done      chan struct{} // closed when the reader returns
+	confirmed map[string]chan struct{}
+	moved     bool // Redis dropped it: its slot went to another master
+}
+
+// newNotifier makes the notifier; ctx carries values only, its end is
+// ignored: the notifier lives until close.
+func newNotifier(ctx context.Context, q *DelayQueue) *notifier {
 	n := &notifier{
-		q:          q,
-		pubsub:     q.client.Subscribe(ctx),
-		done:       make(chan struct{}),
-		subscribed: make(map[string]chan struct{}),
-		topics:     make(map[string]*topicWatch),
+		q:       q,
+		sharded: q.pub == "SPUBLISH",
+		subs:    map[int]*subscription{},
+		routes:  map[string]route{},
+		topics:  map[string]*topicWatch{},
+		watched: map[string]bool{},
 	}
-	ch := n.pubsub.ChannelWithSubscriptions(
-		redis.WithChannelSize(1024),
-		redis.WithChannelHealthCheckInterval(max(q.opts.poll, time.Second)),
-	)
-	go n.run(ch)
-	if err := n.subscribe(ctx, q.keys.wakeChannel()); err != nil {
-		_ = n.close(ctx)
-		return nil, err
-	}
-	return n, nil
+	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return n
 }
 
-// subscribe subscribes to channel and waits until Redis confirms it, so that
-// nothing published afterwards is missed.
-func (n *notifier) subscribe(ctx context.Context, channel string) error {
+// subscribe subscribes to the channels, which carry what routes say, and
+// waits until Redis confirms every one, so that nothing published
+// afterwards is missed.
+func (n *notifier) subscribe(ctx context.Context, channels map[string]route) error {
+	var wait []chan struct{}
 	n.mu.Lock()
-	confirmed, ok := n.subscribed[channel]
-	if !ok {
-		confirmed = make(chan struct{})
-		n.subscribed[channel] = confirmed
-	}
-	n.mu.Unlock()
-	if !ok {
-		if err := n.pubsub.Subscribe(ctx, channel); err != nil {
-			n.mu.Lock()
-			delete(n.subscribed, channel)
-			n.mu.Unlock()
-			return fmt.Errorf("delayqueue: subscribe %q: %w", channel, err)
-		}
-	}
-	select {
-	case <-confirmed:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.done:
+	if n.closed {
+		n.mu.Unlock()
 		return ErrClosed
 	}
+	fresh := map[int][]string{}
+	for ch, r := range channels {
+		n.routes[ch] = r
+		key := 0
+		if n.sharded {
+			key = r.bucket
+		}
+		sub := n.subs[key]
+		if sub == nil {
+			sub = &subscription{key: key, confirmed: map[string]chan struct{}{}}
+			n.subs[key] = sub
+		}
+		c, ok := sub.confirmed[ch]
+		if !ok {
+			c = make(chan struct{})
+			sub.confirmed[ch] = c
+			fresh[key] = append(fresh[key], ch)
+		}
+		wait = append(wait, c)
+	}
+	var errs []error
+	for key, chs := range fresh {
+		errs = append(errs, n.subscribeLocked(ctx, n.subs[key], chs))
+	}
+	n.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, c := range wait {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.q.done:
+			return ErrClosed
+		}
+	}
+	return nil
 }
 
-// watch returns the topic's watch, subscribed to its ready channel.
+// subscribeLocked sends the subscription, opening the connection on first
+// use: go-redis picks a Cluster connection's node by its first channel.
+func (n *notifier) subscribeLocked(ctx context.Context, sub *subscription, channels []string) error {
+	var err error
+	switch {
+	case sub.ps == nil && n.sharded:
+		sub.ps = n.q.client.SSubscribe(ctx, channels...)
+	case sub.ps == nil:
+		sub.ps = n.q.client.Subscribe(ctx, channels...)
+	case n.sharded:
+		err = sub.ps.SSubscribe(ctx, channels...)
+	default:
+		err = sub.ps.Subscribe(ctx, channels...)
+	}
+	if sub.done == nil {
+		sub.done = make(chan struct{})
+		msgs := sub.ps.ChannelWithSubscriptions(
+			redis.WithChannelSize(1024),
+			redis.WithChannelHealthCheckInterval(max(n.q.opts.poll, time.Second)),
+		)
+		go n.read(sub, msgs)
+	}
+	if err != nil {
+		for _, ch := range channels {
+			delete(sub.confirmed, ch)
+		}
+		return fmt.Errorf("delayqueue: subscribe: %w", err)
+	}
+	return nil
+}
+
+// listenForHandlers subscribes to every bucket's wake channel.
+func (n *notifier) listenForHandlers(ctx context.Context, hs []*handler) error {
+	n.mu.Lock()
+	n.handlers = hs
+	n.mu.Unlock()
+	channels := map[string]route{}
+	for b := range n.q.opts.buckets {
+		channels[n.q.keys.bucket(b).wake] = route{bucket: b}
+	}
+	return n.subscribe(ctx, channels)
+}
+
+// watch returns the topic's watch, subscribed to its ready channels. Only
+// the first Pop of a topic waits for the subscription; later ones rely on
+// it, and on the safety poll while it is being restored.
 func (n *notifier) watch(ctx context.Context, topic string) (*topicWatch, error) {
 	n.mu.Lock()
 	w, ok := n.topics[topic]
@@ -84,29 +172,37 @@ func (n *notifier) watch(ctx context.Context, topic string) (*topicWatch, error)
 		w = newTopicWatch(n.q.opts.buckets)
 		n.topics[topic] = w
 	}
+	watched := n.watched[topic]
 	n.mu.Unlock()
-	if err := n.subscribe(ctx, n.q.keys.readyChannel(topic)); err != nil {
+	if watched {
+		return w, nil
+	}
+	channels := map[string]route{}
+	for b := range n.q.opts.buckets {
+		channels[n.q.keys.bucket(b).readyChannel(topic)] = route{bucket: b, topic: topic}
+	}
+	if err := n.subscribe(ctx, channels); err != nil {
 		return nil, err
 	}
+	n.mu.Lock()
+	n.watched[topic] = true
+	n.mu.Unlock()
 	return w, nil
 }
 
-func (n *notifier) setHandlers(hs []*handler) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.handlers = hs
-}
-
-func (n *notifier) run(ch <-chan any) {
-	defer close(n.done)
-	for msg := range ch {
+func (n *notifier) read(sub *subscription, msgs <-chan any) {
+	defer close(sub.done)
+	for msg := range msgs {
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				n.confirm(m.Channel)
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				n.confirm(sub, m.Channel)
+			case "sunsubscribe": // never asked for: the slot moved away
+				n.moved(sub)
 			}
 		case *redis.Message:
-			n.dispatch(m.Channel, m.Payload)
+			n.dispatch(m.Channel, m.Payload, false)
 		}
 	}
 }
@@ -114,95 +210,151 @@ func (n *notifier) run(ch <-chan any) {
 // confirm marks channel subscribed. A second confirmation means go-redis
 // reconnected and subscribed again: whatever was published in between is
 // lost, so everyone listening on that channel looks at Redis again.
-func (n *notifier) confirm(channel string) {
+func (n *notifier) confirm(sub *subscription, channel string) {
 	n.mu.Lock()
-	confirmed := n.subscribed[channel]
-	n.mu.Unlock()
-	if confirmed == nil {
-		return
-	}
-	select {
-	case <-confirmed:
-	default:
-		close(confirmed)
-		return
-	}
-	if channel == n.q.keys.wakeChannel() {
-		for _, h := range n.handlerList() {
-			h.wake(0)
+	confirmed, again := sub.confirmed[channel], false
+	if confirmed != nil {
+		select {
+		case <-confirmed:
+			again = true
+		default:
+			close(confirmed)
 		}
-		return
 	}
-	if w := n.topic(channel); w != nil {
-		w.recheckAll()
+	n.mu.Unlock()
+	if again {
+		n.dispatch(channel, "", true)
 	}
 }
 
-func (n *notifier) dispatch(channel, payload string) {
-	if channel == n.q.keys.wakeChannel() {
-		b, rest, _ := strings.Cut(payload, ":")
-		h := n.handler(b)
-		if h == nil {
-			return
+// moved replaces a subscription that Redis dropped because its bucket's slot
+// went to another master: it subscribes again, on the new master, until
+// that works or the notifier closes, and then has everyone behind it look at
+// Redis again.
+func (n *notifier) moved(sub *subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || sub.moved {
+		return
+	}
+	n.dropLocked(sub)
+	channels := map[string]route{}
+	for ch := range sub.confirmed {
+		channels[ch] = n.routes[ch]
+	}
+	n.moves.Add(1)
+	go func() {
+		defer n.moves.Done()
+		_ = sub.ps.Close()
+		for attempt := 1; n.ctx.Err() == nil; attempt++ {
+			n.q.noteError(n.ctx, errSlotMoved) // have go-redis learn the new owner
+			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+			err := n.subscribe(ctx, channels)
+			cancel()
+			if err == nil {
+				for ch := range channels {
+					n.dispatch(ch, "", true)
+				}
+				return
+			}
+			n.mu.Lock()
+			retry := n.subs[sub.key]
+			if retry != nil && !retry.moved {
+				n.dropLocked(retry)
+			}
+			n.mu.Unlock()
+			if retry != nil && retry.ps != nil {
+				_ = retry.ps.Close()
+			}
+			wait := time.NewTimer(retryBackoff(attempt))
+			select {
+			case <-wait.C:
+			case <-n.ctx.Done():
+				wait.Stop()
+			}
 		}
-		if rest == "free" {
-			h.leaseFreed()
-			return
+	}()
+}
+
+// dropLocked takes a subscription out of use. Whoever still waits for one of
+// its channels to be confirmed goes on: the safety poll, and the look that
+// follows the new subscription, cover what it may miss.
+func (n *notifier) dropLocked(sub *subscription) {
+	sub.moved = true
+	if n.subs[sub.key] == sub {
+		delete(n.subs, sub.key)
+	}
+	for _, c := range sub.confirmed {
+		select {
+		case <-c:
+		default:
+			close(c)
 		}
-		if us, err := strconv.ParseInt(rest, 10, 64); err == nil {
+	}
+}
+
+// errSlotMoved stands for Redis dropping a sharded subscription.
+var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot moved")
+
+// dispatch delivers a wake-up; resync wakes everyone behind the channel.
+func (n *notifier) dispatch(channel, payload string, resync bool) {
+	n.mu.Lock()
+	r, ok := n.routes[channel]
+	var h *handler
+	if r.bucket < len(n.handlers) {
+		h = n.handlers[r.bucket]
+	}
+	w := n.topics[r.topic]
+	n.mu.Unlock()
+	switch {
+	case !ok:
+	case r.topic == "" && h == nil:
+	case r.topic == "" && resync:
+		h.wake(0)
+	case r.topic == "" && payload == "free":
+		h.leaseFreed()
+	case r.topic == "":
+		if us, err := strconv.ParseInt(payload, 10, 64); err == nil {
 			h.wake(time.Duration(us) * time.Microsecond)
 		}
-		return
-	}
-	if w := n.topic(channel); w != nil {
-		b, count, _ := strings.Cut(payload, ":")
-		bi, err := strconv.Atoi(b)
+	case w == nil:
+	case resync:
+		w.notify(r.bucket, math.MaxInt32)
+	default:
+		count, err := strconv.Atoi(payload)
 		if err != nil {
-			return
+			count = 1
 		}
-		c, err := strconv.Atoi(count)
-		if err != nil {
-			c = 1
-		}
-		w.notify(bi, c)
+		w.notify(r.bucket, count)
 	}
 }
 
-func (n *notifier) topic(channel string) *topicWatch {
-	topic, ok := strings.CutPrefix(channel, n.q.keys.readyChannelPrefix())
-	if !ok {
-		return nil
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.topics[topic]
-}
-
-func (n *notifier) handler(bucket string) *handler {
-	b, err := strconv.Atoi(bucket)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err != nil || b < 0 || b >= len(n.handlers) {
-		return nil
-	}
-	return n.handlers[b]
-}
-
-func (n *notifier) handlerList() []*handler {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.handlers
-}
-
-// close ends the subscription and waits for the reader goroutine.
+// close ends every subscription and waits for the reader goroutines.
 func (n *notifier) close(ctx context.Context) error {
-	if err := n.pubsub.Close(); err != nil {
-		return fmt.Errorf("delayqueue: close pub/sub: %w", err)
+	n.mu.Lock()
+	n.closed = true
+	subs := n.subs
+	n.mu.Unlock()
+	n.cancel()
+	n.moves.Wait()
+	var errs []error
+	for _, sub := range subs {
+		if sub.ps == nil {
+			continue
+		}
+		if err := sub.ps.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("delayqueue: close pub/sub: %w", err))
+		}
 	}
-	select {
-	case <-n.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, sub := range subs {
+		if sub.done == nil {
+			continue
+		}
+		select {
+		case <-sub.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return errors.Join(errs...)
 }

@@ -20,6 +20,7 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 		return nil, err
 	}
 	v, err := q.client.HGet(ctx, q.keys.bucket(b).pool, id).Bytes()
+	q.noteError(ctx, err)
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -47,7 +48,7 @@ func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := scriptFinish.Run(ctx, q.client, []string{bk.pool, bk.zset}, id, lease).Int64()
+	r, err := q.run(ctx, scriptFinish, []string{bk.pool, bk.zset}, id, lease).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
@@ -70,7 +71,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := scriptRemove.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.deadPrefix}, id).Int64()
+	r, err := q.run(ctx, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}

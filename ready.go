@@ -29,8 +29,8 @@ const (
 // reserve pops and reserves one ready job of topic from bucket b.
 func (q *DelayQueue) reserve(ctx context.Context, b int, topic string) (*Job, reserveStatus, error) {
 	bk := q.keys.bucket(b)
-	res, err := scriptReserve.Run(ctx, q.client, []string{bk.ready(topic), bk.pool, bk.zset},
-		q.keys.wakeChannel(), b, staleSkips).Slice()
+	res, err := q.run(ctx, scriptReserve, []string{bk.ready(topic), bk.pool, bk.zset},
+		bk.wake, q.pub, staleSkips).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
 	}

@@ -89,9 +89,9 @@ func (q *DelayQueue) RetryAfter(ctx context.Context, job *Job, delay time.Durati
 		return fmt.Errorf("%w: negative retry delay %v", ErrInvalidJob, delay)
 	}
 	bk := q.keys.bucket(b)
-	res, err := scriptRetry.Run(ctx, q.client,
+	res, err := q.run(ctx, scriptRetry,
 		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics},
-		job.ID, job.lease, ceilMs(delay), errorText(cause), q.keys.wakeChannel(), q.keys.readyChannelPrefix(), b,
+		job.ID, job.lease, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub,
 	).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)
@@ -109,8 +109,8 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	res, err := scriptTouch.Run(ctx, q.client, []string{bk.pool, bk.zset},
-		job.ID, job.lease, 0, q.keys.wakeChannel(), b).Int64Slice()
+	res, err := q.run(ctx, scriptTouch, []string{bk.pool, bk.zset},
+		job.ID, job.lease, 0, bk.wake, q.pub).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: touch %q: %w", job.ID, err)
 	}
@@ -131,8 +131,8 @@ func (q *DelayQueue) Release(ctx context.Context, job *Job) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := scriptRelease.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.readyPrefix},
-		job.ID, job.lease, q.keys.readyChannelPrefix(), b).Int64()
+	r, err := q.run(ctx, scriptRelease, []string{bk.pool, bk.zset, bk.readyPrefix},
+		job.ID, job.lease, bk.readyChannels, q.pub).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
 	}
@@ -156,8 +156,8 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 		delayMs, dueMs = -1, ceilMs(time.Duration(runAt.UnixNano()))
 	}
 	bk := q.keys.bucket(b)
-	res, err := scriptReschedule.Run(ctx, q.client, []string{bk.pool, bk.zset, bk.readyPrefix},
-		id, delayMs, dueMs, q.keys.wakeChannel(), q.keys.readyChannelPrefix(), b).Int64Slice()
+	res, err := q.run(ctx, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
+		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
 	}

@@ -68,28 +68,40 @@ local function due_ms(now, delay_ms)
   return math.floor((now + delay_ms * 1000 + 999) / 1000)
 end
 
--- wake_if_first tells the bucket's handler when id became the bucket's
--- earliest job, due at at_ms.
-local function wake_if_first(bucket, wake, b, at_ms, now)
+-- Wake-ups go out on the bucket's own channels with the publish command the
+-- caller names (pub): SPUBLISH on Redis Cluster, where the channel lives in
+-- the bucket's slot and reaches only that shard, PUBLISH elsewhere.
+
+-- wake_if_first tells the bucket's handler, in microseconds from now, when
+-- a job due at at_ms became the bucket's earliest.
+local function wake_if_first(bucket, pub, wake, at_ms, now)
   if earliest(bucket) == at_ms then
-    redis.call('PUBLISH', wake, b .. ':' .. string.format('%d', math.max(0, at_ms * 1000 - now)))
+    redis.call(pub, wake, string.format('%d', math.max(0, at_ms * 1000 - now)))
   end
 end
 
+-- Write order. A script may write to keys it was not given in KEYS (a
+-- topic's ready list or dead letters, built from a prefix). While Redis
+-- Cluster migrates the bucket's slot, such a write can fail with an error
+-- that ends the script half-way, keeping what it wrote so far. So every
+-- script writes to such a key first, before it changes the job: a failure
+-- then leaves the job as it was, or at worst leaves an extra ID in a ready
+-- list, which a consumer drops when the job is not ready.
+
 -- make_ready puts a job in its topic's ready list and wakes one consumer.
-local function make_ready(pool, ready_prefix, ready_channel, b, id, job, now)
+local function make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
+  redis.call('RPUSH', ready_prefix .. job.topic, id)
   job.state, job.at = READY, math.floor(now / 1000)
   redis.call('HSET', pool, id, encode(job))
-  redis.call('RPUSH', ready_prefix .. job.topic, id)
-  redis.call('PUBLISH', ready_channel .. job.topic, b .. ':1')
+  redis.call(pub, ready_channel .. job.topic, '1')
 end
 
 -- kill moves a job to its topic's dead letters.
 local function kill(pool, dead_prefix, dead_topics, id, job, now)
   job.state, job.at = DEAD, math.floor(now / 1000)
-  redis.call('HSET', pool, id, encode(job))
   redis.call('ZADD', dead_prefix .. job.topic, job.at, id)
   redis.call('SADD', dead_topics, job.topic)
+  redis.call('HSET', pool, id, encode(job))
 end
 
 -- held returns the job with id when it is reserved under lease; otherwise

@@ -4,16 +4,18 @@
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
--- ARGV[4] ready channel prefix  ARGV[5] bucket index
+-- ARGV[4] ready channel prefix  ARGV[5] publish command
 -- returns {moved, next_due_in_us or -1}, or {-1, lease_ttl_ms} when another
 -- token holds the lease.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
--- every moved ID leaves the bucket in the same call.
+-- every moved ID leaves the bucket in the same call. An ID whose job is no
+-- longer delayed or reserved (a call that failed half-way moved it) just
+-- leaves the bucket.
 
 local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ready_channel, b = ARGV[4], ARGV[5]
+local ready_channel, pub = ARGV[4], ARGV[5]
 
 local holder = redis.call('GET', lock)
 if holder == false then
@@ -40,9 +42,9 @@ for _, id in ipairs(ids) do
       if job.state == RESERVED then
         job.err = 'reservation ran out (TTR ' .. string.format('%d', job.ttr) .. ' ms)'
       end
+      redis.call('RPUSH', ready_prefix .. job.topic, id) -- first: see job.lua
       job.state, job.at = READY, now_ms
       redis.call('HSET', pool, id, encode(job))
-      redis.call('RPUSH', ready_prefix .. job.topic, id)
       if not ready_count[job.topic] then
         ready_count[job.topic] = 0
         topics[#topics + 1] = job.topic
@@ -56,7 +58,7 @@ if #ids > 0 then
 end
 -- Wake as many consumers of each topic as jobs became ready.
 for _, topic in ipairs(topics) do
-  redis.call('PUBLISH', ready_channel .. topic, b .. ':' .. ready_count[topic])
+  redis.call(pub, ready_channel .. topic, ready_count[topic])
 end
 
 local next_due = earliest(bucket)

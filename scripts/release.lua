@@ -1,7 +1,7 @@
 -- release.lua: give a reserved job back to its ready list at once, as a
 -- consumer that stops does; the attempt does not count.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
--- ARGV[1] job id  ARGV[2] lease  ARGV[3] ready channel prefix  ARGV[4] bucket index
+-- ARGV[1] job id  ARGV[2] lease  ARGV[3] ready channel prefix  ARGV[4] publish command
 -- returns 1 released, 0 no such job, -1 the caller's lease is gone
 -- Running it twice releases once: the second run finds the lease gone.
 
@@ -12,6 +12,6 @@ if not job then
   return status
 end
 job.attempts = job.attempts - 1
+make_ready(pool, ready_prefix, ARGV[4], ARGV[3], id, job, now_us())
 redis.call('ZREM', bucket, id)
-make_ready(pool, ready_prefix, ARGV[3], ARGV[4], id, job, now_us())
 return 1

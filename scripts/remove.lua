@@ -11,10 +11,9 @@ if not v then
   return 0
 end
 local job = decode(v)
-redis.call('HDEL', pool, id)
 if job.state == DEAD then
-  redis.call('ZREM', dead_prefix .. job.topic, id)
-else
-  redis.call('ZREM', bucket, id)
+  redis.call('ZREM', dead_prefix .. job.topic, id) -- first: see job.lua
 end
+redis.call('HDEL', pool, id)
+redis.call('ZREM', bucket, id)
 return 1

@@ -1,13 +1,13 @@
 -- requeue.lua: give dead jobs of a topic a new life: ready at once, with
 -- their attempts reset.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
--- ARGV[1] ready channel prefix  ARGV[2] bucket index  ARGV[3] batch size
+-- ARGV[1] ready channel prefix  ARGV[2] publish command  ARGV[3] batch size
 -- ARGV[4] job id, or "" for the oldest batch of the topic
 -- returns how many jobs were requeued
 -- Running it twice requeues nothing twice: a requeued job is no longer dead.
 
 local dead, pool, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
-local ready_channel, b, batch, one = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local ready_channel, pub, batch, one = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
 local ids
 if one ~= '' then
@@ -22,7 +22,7 @@ for _, id in ipairs(ids) do
     local job = decode(v)
     if job.state == DEAD then
       job.attempts = 0
-      make_ready(pool, ready_prefix, ready_channel, b, id, job, now)
+      make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
       n = n + 1
     end
   end

@@ -2,7 +2,7 @@
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- ARGV[1] job id  ARGV[2] delay ms (-1 when ARGV[3] holds the due time)
 -- ARGV[3] due ms  ARGV[4] wake channel  ARGV[5] ready channel prefix
--- ARGV[6] bucket index
+-- ARGV[6] publish command
 -- returns {1, due_ms}, {0} no such job, {-1} the job is reserved or dead
 -- A ready job made delayed leaves its ID in the ready list, where it is
 -- dropped when popped. Running it twice sets the same due time again
@@ -10,7 +10,7 @@
 
 local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
 local id, delay, due = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local wake, ready_channel, b = ARGV[4], ARGV[5], ARGV[6]
+local wake, ready_channel, pub = ARGV[4], ARGV[5], ARGV[6]
 
 local v = redis.call('HGET', pool, id)
 if not v then
@@ -26,13 +26,13 @@ if delay >= 0 then
 end
 if due <= math.floor(now / 1000) then
   if job.state == DELAYED then
+    make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
     redis.call('ZREM', bucket, id)
-    make_ready(pool, ready_prefix, ready_channel, b, id, job, now)
   end
   return {1, job.at}
 end
 job.state, job.at = DELAYED, due
 redis.call('HSET', pool, id, encode(job))
 redis.call('ZADD', bucket, due, id)
-wake_if_first(bucket, wake, b, due, now)
+wake_if_first(bucket, pub, wake, due, now)
 return {1, due}

@@ -1,6 +1,6 @@
 -- reserve.lua: pop one ready job of a topic from one bucket and reserve it.
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset
--- ARGV[1] wake channel  ARGV[2] bucket index  ARGV[3] how many stale IDs to skip
+-- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- returns {1, id, job} when a job was reserved, {0} when the list is empty,
 -- {2} when only stale IDs were found and the list may hold more.
 -- An ID whose job was removed, or is no longer ready, is dropped: it is the
@@ -10,7 +10,7 @@
 -- Running it twice reserves a second job; the first comes back after its TTR.
 
 local ready, pool, bucket = KEYS[1], KEYS[2], KEYS[3]
-local wake, b, skips = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local wake, pub, skips = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local now
 for _ = 1, skips do
@@ -30,7 +30,7 @@ for _ = 1, skips do
       local enc = encode(job)
       redis.call('HSET', pool, id, enc)
       redis.call('ZADD', bucket, job.at, id)
-      wake_if_first(bucket, wake, b, job.at, now)
+      wake_if_first(bucket, pub, wake, job.at, now)
       return {1, id, enc}
     end
   end

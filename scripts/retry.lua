@@ -3,14 +3,14 @@
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set
 -- ARGV[1] job id  ARGV[2] lease  ARGV[3] delay ms  ARGV[4] error text
--- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] bucket index
+-- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] publish command
 -- returns {1, due_ms} delayed, {2} dead, {0} no such job,
 -- {-1} the caller's lease is gone (the job is not reserved under it)
 -- Running it twice retries once: the second run finds the lease gone.
 
 local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local wake, ready_channel, b = ARGV[5], ARGV[6], ARGV[7]
+local wake, ready_channel, pub = ARGV[5], ARGV[6], ARGV[7]
 
 local job, status = held(pool, id, lease)
 if not job then
@@ -18,18 +18,19 @@ if not job then
 end
 job.err = ARGV[4]
 local now = now_us()
-redis.call('ZREM', bucket, id)
 if job.attempts >= job.max then
   kill(pool, dead_prefix, dead_topics, id, job, now)
+  redis.call('ZREM', bucket, id)
   return {2}
 end
 local due = due_ms(now, delay)
 if delay <= 0 then
-  make_ready(pool, ready_prefix, ready_channel, b, id, job, now)
+  make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
+  redis.call('ZREM', bucket, id)
   return {1, due}
 end
 job.state, job.at = DELAYED, due
 redis.call('HSET', pool, id, encode(job))
 redis.call('ZADD', bucket, due, id)
-wake_if_first(bucket, wake, b, due, now)
+wake_if_first(bucket, pub, wake, due, now)
 return {1, due}

@@ -1,7 +1,7 @@
 -- touch.lua: extend a reserved job's lease for long work.
 -- KEYS[1] pool hash  KEYS[2] bucket zset
 -- ARGV[1] job id  ARGV[2] lease  ARGV[3] extension ms (0: the job's TTR)
--- ARGV[4] wake channel  ARGV[5] bucket index
+-- ARGV[4] wake channel  ARGV[5] publish command
 -- returns {1, new lease deadline ms}, {0} no such job, {-1} the caller's
 -- lease is gone
 -- The lease runs until now plus the extension; running it twice does the same.
@@ -18,5 +18,5 @@ local now = now_us()
 job.at = math.floor(now / 1000) + ext
 redis.call('HSET', pool, id, encode(job))
 redis.call('ZADD', bucket, job.at, id)
-wake_if_first(bucket, ARGV[4], ARGV[5], job.at, now)
+wake_if_first(bucket, ARGV[5], ARGV[4], job.at, now)
 return {1, job.at}

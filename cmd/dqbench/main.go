@@ -4,6 +4,7 @@
 //	go run ./cmd/dqbench                  # starts a throwaway redis-server
 //	go run ./cmd/dqbench -addr host:port  # an existing Redis (its data is flushed!)
 //	go run ./cmd/dqbench -only s2 -runs 3
+//	go run ./cmd/dqbench -cluster         # a throwaway 3-master Redis Cluster
 package main
 
 import (
@@ -43,7 +44,8 @@ type figure struct {
 }
 
 type bench struct {
-	client *redis.Client
+	client redis.UniversalClient
+	nodes  []*redis.Client // every master, for INFO and resets
 	seq    int
 }
 
@@ -55,11 +57,13 @@ func (b *bench) queueName(s string) string {
 
 // reset empties Redis and its statistics between runs.
 func (b *bench) reset(ctx context.Context) error {
-	if err := b.client.FlushAll(ctx).Err(); err != nil {
-		return fmt.Errorf("flushall: %w", err)
-	}
-	if err := b.client.ConfigResetStat(ctx).Err(); err != nil {
-		return fmt.Errorf("config resetstat: %w", err)
+	for _, n := range b.nodes {
+		if err := n.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("flushall: %w", err)
+		}
+		if err := n.ConfigResetStat(ctx).Err(); err != nil {
+			return fmt.Errorf("config resetstat: %w", err)
+		}
 	}
 	return nil
 }
@@ -68,26 +72,46 @@ func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
 	only := flag.String("only", "", "comma-separated scenario IDs to run (default: all)")
+	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
 	flag.Parse()
 
-	if *addr == "" {
-		srv, stop, err := startServer()
+	b := &bench{}
+	where := *addr
+	switch {
+	case *cluster:
+		addrs, stop, err := startCluster()
 		if err != nil {
 			return err
 		}
 		defer stop()
-		*addr = srv.Addr
+		b.client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 64})
+		for _, a := range addrs {
+			b.nodes = append(b.nodes, redis.NewClient(&redis.Options{Addr: a}))
+		}
+		where = fmt.Sprintf("a 3-master cluster on %s", strings.Join(addrs, ", "))
+	default:
+		if *addr == "" {
+			srv, stop, err := startServer()
+			if err != nil {
+				return err
+			}
+			defer stop()
+			where = srv.Addr
+		}
+		b.client = redis.NewClient(&redis.Options{Addr: where, PoolSize: 64})
+		b.nodes = []*redis.Client{redis.NewClient(&redis.Options{Addr: where})}
 	}
-	client := redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 64})
-	defer client.Close()
-	if err := client.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", *addr, err)
+	defer b.client.Close()
+	for _, n := range b.nodes {
+		defer n.Close()
+		if err := n.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis at %s: %w", n.Options().Addr, err)
+		}
 	}
-	b := &bench{client: client}
 
 	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s\n\n",
-		*runs, redisVersion(ctx, client), *addr, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
 	fmt.Println("| scenario | figure | median | min – max |")
 	fmt.Println("|---|---|---|---|")
 	want := map[string]bool{}

@@ -41,11 +41,24 @@ func (c commandCount) perJob(n int) figures {
 	}
 }
 
-func commandCalls(ctx context.Context, c *redis.Client) (commandCount, error) {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return commandCount{}, fmt.Errorf("info commandstats: %w", err)
+// commandCalls adds up INFO commandstats over every master.
+func (b *bench) commandCalls(ctx context.Context) (commandCount, error) {
+	var n commandCount
+	for _, node := range b.nodes {
+		info, err := node.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return commandCount{}, fmt.Errorf("info commandstats: %w", err)
+		}
+		n = n.add(parseCommandStats(info))
 	}
+	return n, nil
+}
+
+func (c commandCount) add(d commandCount) commandCount {
+	return commandCount{c.sent + d.sent, c.run + d.run}
+}
+
+func parseCommandStats(info string) commandCount {
 	var n commandCount
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -63,21 +76,38 @@ func commandCalls(ctx context.Context, c *redis.Client) (commandCount, error) {
 			}
 		}
 	}
-	return n, nil
+	return n
 }
 
-// usedMemory reads INFO memory's used_memory in bytes.
-func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
-	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0, fmt.Errorf("info memory: %w", err)
+// usedMemory adds up INFO memory's used_memory, in bytes, over every master.
+func (b *bench) usedMemory(ctx context.Context) (int64, error) {
+	var total int64
+	for _, node := range b.nodes {
+		info, err := node.Info(ctx, "memory").Result()
+		if err != nil {
+			return 0, fmt.Errorf("info memory: %w", err)
+		}
+		v, ok := infoField(info, "used_memory")
+		if !ok {
+			return 0, fmt.Errorf("info memory: no used_memory")
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("info memory: %w", err)
+		}
+		total += n
 	}
+	return total, nil
+}
+
+// infoField finds "name:value" in an INFO reply.
+func infoField(info, name string) (string, bool) {
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v, true
 		}
 	}
-	return 0, fmt.Errorf("info memory: no used_memory")
+	return "", false
 }
 
 // redisVersion reads INFO server's redis_version.
@@ -86,10 +116,8 @@ func redisVersion(ctx context.Context, c *redis.Client) string {
 	if err != nil {
 		return "unknown"
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
+	if v, ok := infoField(info, "redis_version"); ok {
+		return v
 	}
 	return "unknown"
 }
@@ -110,4 +138,22 @@ func startServer() (*redisproc.Server, func(), error) {
 		return nil, nil, err
 	}
 	return s, func() { s.Stop(); _ = os.RemoveAll(dir) }, nil
+}
+
+// startCluster starts a throwaway 3-master Redis Cluster.
+func startCluster() ([]string, func(), error) {
+	path, err := redisproc.Path()
+	if err != nil {
+		return nil, nil, fmt.Errorf("-cluster: redis-server is not on PATH: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "dqbench-cluster-")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := redisproc.StartCluster(path, dir, 3, 0)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return c.Addrs(), func() { c.Stop(); _ = os.RemoveAll(dir) }, nil
 }

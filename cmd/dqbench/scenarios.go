@@ -74,7 +74,7 @@ func pushSingle(ctx context.Context, b *bench) (figures, error) {
 	}
 	defer q.Close(ctx)
 	body := body()
-	before, err := commandCalls(ctx, b.client)
+	before, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func pushSingle(ctx context.Context, b *bench) (figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	after, err := commandCalls(ctx, b.client)
+	after, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func endToEnd(ctx context.Context, b *bench) (figures, error) {
 		return nil, err
 	}
 	body := body()
-	before, err := commandCalls(ctx, b.client)
+	before, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func endToEnd(ctx context.Context, b *bench) (figures, error) {
 	if done.Load() != n {
 		return nil, fmt.Errorf("delivered %d of %d jobs", done.Load(), n)
 	}
-	after, err := commandCalls(ctx, b.client)
+	after, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func memory(ctx context.Context, b *bench) (figures, error) {
 		return nil, err
 	}
 	defer q.Close(ctx)
-	before, err := usedMemory(ctx, b.client)
+	before, err := b.usedMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +240,7 @@ func memory(ctx context.Context, b *bench) (figures, error) {
 	}); err != nil {
 		return nil, err
 	}
-	after, err := usedMemory(ctx, b.client)
+	after, err := b.usedMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -277,13 +277,13 @@ func idle(ctx context.Context, b *bench) (figures, error) {
 	// Let start-up settle, then count what an idle process sends.
 	settle := time.NewTimer(time.Second)
 	<-settle.C
-	before, err := commandCalls(ctx, b.client)
+	before, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
 	wait := time.NewTimer(window)
 	<-wait.C
-	after, err := commandCalls(ctx, b.client)
+	after, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -38,22 +38,29 @@ func Path() (string, error) { return exec.LookPath("redis-server") }
 // its working directory and config as extra arguments (such as
 // "--appendonly", "yes"). It returns once the server answers PING.
 func Start(path, dir string, config ...string) (*Server, error) {
+	return startOnFreePort(path, dir, func(port string) ([]string, error) {
+		return append([]string{
+			"--port", port, "--bind", "127.0.0.1",
+			"--dir", dir, "--save", "", "--appendonly", "no",
+			"--logfile", filepath.Join(dir, "redis.log"),
+		}, config...), nil
+	})
+}
+
+// startOnFreePort starts redis-server with the arguments args gives for a
+// free port, trying again when the port was taken in between.
+func startOnFreePort(path, dir string, args func(port string) ([]string, error)) (*Server, error) {
 	var lastErr error
-	for range 5 { // a free port can be taken between finding and binding it
+	for range 5 {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			Dir:  dir,
-			path: path,
-			args: append([]string{
-				"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-				"--dir", dir, "--save", "", "--appendonly", "no",
-				"--logfile", filepath.Join(dir, "redis.log"),
-			}, config...),
+		a, err := args(strconv.Itoa(port))
+		if err != nil {
+			return nil, err
 		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, path: path, args: a}
 		if lastErr = s.launch(); lastErr == nil {
 			return s, nil
 		}

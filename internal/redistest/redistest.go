@@ -59,6 +59,10 @@ var shared struct {
 	srv  *redisproc.Server
 	dir  string
 	err  error
+
+	clusterOnce sync.Once
+	cluster     *redisproc.Cluster
+	clusterErr  error
 }
 
 // Shared returns one redis-server shared by all tests of the test binary;
@@ -78,9 +82,61 @@ func Shared(tb testing.TB) *Server {
 	return &Server{shared.srv}
 }
 
-// StopShared stops the server started by Shared, if any. Call it from
-// TestMain after m.Run.
+// SharedCluster returns one 3-master Redis Cluster shared by all tests of the
+// test binary. StopShared ends it.
+func SharedCluster(tb testing.TB) *redisproc.Cluster {
+	tb.Helper()
+	path := binary(tb)
+	shared.clusterOnce.Do(func() {
+		var dir string
+		dir, shared.clusterErr = os.MkdirTemp("", "redistest-cluster-")
+		if shared.clusterErr == nil {
+			shared.cluster, shared.clusterErr = redisproc.StartCluster(path, dir, 3, 0)
+		}
+	})
+	if shared.clusterErr != nil {
+		tb.Fatal(shared.clusterErr)
+	}
+	return shared.cluster
+}
+
+// StartCluster starts a Redis Cluster of masters masters with replicas
+// replicas each for this test, and stops it when the test ends.
+func StartCluster(tb testing.TB, masters, replicas int) *redisproc.Cluster {
+	tb.Helper()
+	c, err := redisproc.StartCluster(binary(tb), tb.TempDir(), masters, replicas)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
+}
+
+// StartSentinels starts a primary, two replicas and three sentinels for this
+// test, and stops them when the test ends.
+func StartSentinels(tb testing.TB) *redisproc.Sentinels {
+	tb.Helper()
+	s, err := redisproc.StartSentinels(binary(tb), tb.TempDir(), 2, 3)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// ClusterClient returns a client of a cluster, closed when the test ends.
+func ClusterClient(tb testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	tb.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// StopShared stops the servers started by Shared and SharedCluster, if any.
+// Call it from TestMain after m.Run.
 func StopShared() {
+	if shared.cluster != nil {
+		shared.cluster.Stop()
+	}
 	if shared.srv != nil {
 		shared.srv.Stop()
 	}
