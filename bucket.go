@@ -1,9 +1,13 @@
 package delayqueue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A bucket is one shard of the queue: a pool hash, a zset of job IDs scored
@@ -14,18 +18,76 @@ import (
 // push adds jobs that all belong to bucket b in one script call, and reports
 // for each whether it was created (false: its ID existed already).
 func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, error) {
+	keys, args := q.pushCall(b, jobs)
+	return pushResult(b, len(jobs), q.run(ctx, scriptPush, keys, args...))
+}
+
+// pushBuckets pushes groups of jobs by bucket: one script call per bucket
+// and chunk, all in one pipeline (one round trip per node).
+func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArgs) error {
+	type call struct {
+		b     int
+		jobs  []pushArgs
+		keys  []string
+		args  []any
+		reply *redis.Cmd
+	}
+	var calls []*call
+	for b, group := range byBucket {
+		for chunk := range slices.Chunk(group, maxPushChunk) {
+			keys, args := q.pushCall(b, chunk)
+			calls = append(calls, &call{b: b, jobs: chunk, keys: keys, args: args})
+		}
+	}
+	if len(calls) == 1 {
+		_, err := q.push(ctx, calls[0].b, calls[0].jobs)
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := q.client.Pipeline()
+		for _, c := range calls {
+			c.reply = scriptPush.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per call below
+		var err error
+		noScript := false
+		for _, c := range calls {
+			if _, e := pushResult(c.b, len(c.jobs), c.reply); e != nil {
+				noScript = noScript || redis.HasErrorPrefix(c.reply.Err(), "NOSCRIPT")
+				err = cmp.Or(err, e)
+			}
+		}
+		q.noteError(ctx, err)
+		if !noScript || attempt > 0 {
+			return err
+		}
+		// A server that has not seen the script yet (or restarted): load it
+		// and push again; pushing twice creates nothing twice.
+		if err := scriptPush.Load(ctx, q.client).Err(); err != nil {
+			return fmt.Errorf("delayqueue: load push script: %w", err)
+		}
+	}
+}
+
+// pushCall builds the keys and arguments of push.lua for jobs of bucket b.
+func (q *DelayQueue) pushCall(b int, jobs []pushArgs) ([]string, []any) {
 	bk := q.keys.bucket(b)
 	args := make([]any, 0, 3+7*len(jobs))
 	args = append(args, bk.wake, bk.readyChannels, q.pub)
 	for _, j := range jobs {
 		args = append(args, j.id, j.topic, j.delayMs, j.runAtMs, j.ttrMs, j.maxAttempts, j.body)
 	}
-	res, err := q.run(ctx, scriptPush, []string{bk.pool, bk.zset, bk.readyPrefix}, args...).Int64Slice()
+	return []string{bk.pool, bk.zset, bk.readyPrefix}, args
+}
+
+// pushResult reads push.lua's reply: for each job, whether it was created.
+func pushResult(b, n int, reply *redis.Cmd) ([]bool, error) {
+	res, err := reply.Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
 	}
-	if len(res) != len(jobs) {
-		return nil, fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), len(jobs))
+	if len(res) != n {
+		return nil, fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), n)
 	}
 	created := make([]bool, len(res))
 	for i, r := range res {

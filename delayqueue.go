@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,7 +213,8 @@ func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 const maxPushChunk = 1000
 
 // PushMany adds many jobs with one script call per bucket they fall in
-// (per 1,000 jobs), and returns their IDs in order. It checks every job
+// (per 1,000 jobs), all sent in one pipeline, and returns their IDs in
+// order. It checks every job
 // first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
 // without an ID get a new one, stored in their ID field, so that calling
 // PushMany again with the same jobs after an error pushes none of them
@@ -244,12 +244,8 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 		b := bucketOf(job.ID, q.opts.buckets)
 		byBucket[b] = append(byBucket[b], args[i])
 	}
-	for b, group := range byBucket {
-		for chunk := range slices.Chunk(group, maxPushChunk) {
-			if _, err := q.push(ctx, b, chunk); err != nil {
-				return nil, err
-			}
-		}
+	if err := q.pushBuckets(ctx, byBucket); err != nil {
+		return nil, err
 	}
 	return ids, nil
 }

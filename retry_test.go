@@ -194,3 +194,22 @@ func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {
 		assert.Empty(t, bad[0].ID, "a refused batch pushes nothing")
 	})
 }
+
+func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(4))
+		require.NoError(t, be.client.ScriptFlush(ctx).Err()) // as after a restart
+		jobs := make([]*Job, 50)
+		for i := range jobs {
+			jobs[i] = &Job{Topic: "t"}
+		}
+		ids, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		for _, id := range ids {
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, StateReady, job.State)
+		}
+	})
+}

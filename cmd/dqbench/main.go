@@ -47,6 +47,9 @@ type bench struct {
 	client redis.UniversalClient
 	nodes  []*redis.Client // every master, for INFO and resets
 	seq    int
+
+	lateness [][]time.Duration // S2's sorted lateness samples, per run
+	growth   [][2][]float64    // S6's push and move costs, per run
 }
 
 // queueName gives every run a queue of its own.
@@ -61,6 +64,13 @@ func (b *bench) reset(ctx context.Context) error {
 		if err := n.FlushAll(ctx).Err(); err != nil {
 			return fmt.Errorf("flushall: %w", err)
 		}
+	}
+	return b.resetStats(ctx)
+}
+
+// resetStats zeroes INFO commandstats.
+func (b *bench) resetStats(ctx context.Context) error {
+	for _, n := range b.nodes {
 		if err := n.ConfigResetStat(ctx).Err(); err != nil {
 			return fmt.Errorf("config resetstat: %w", err)
 		}
@@ -73,6 +83,7 @@ func run(ctx context.Context) error {
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
 	only := flag.String("only", "", "comma-separated scenario IDs to run (default: all)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
+	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
 	flag.Parse()
 
@@ -144,6 +155,13 @@ func run(ctx context.Context) error {
 			fmt.Printf("| %s %s | %s | %s %s | %s – %s |\n", strings.ToUpper(s.id), s.title, f.name,
 				num(median(vals)), f.unit, num(vals[0]), num(vals[len(vals)-1]))
 		}
+	}
+	if *plots != "" {
+		suffix := ""
+		if *cluster {
+			suffix = "-cluster"
+		}
+		return b.writeCharts(*plots, suffix)
 	}
 	return nil
 }

@@ -157,3 +157,28 @@ func startCluster() ([]string, func(), error) {
 	}
 	return c.Addrs(), func() { c.Stop(); _ = os.RemoveAll(dir) }, nil
 }
+
+// scriptUsec adds up the microseconds Redis spent in EVALSHA on every master.
+func (b *bench) scriptUsec(ctx context.Context) (int64, error) {
+	var total int64
+	for _, node := range b.nodes {
+		info, err := node.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, fmt.Errorf("info commandstats: %w", err)
+		}
+		stats, ok := infoField(info, "cmdstat_evalsha")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("info commandstats: %w", err)
+				}
+				total += n
+			}
+		}
+	}
+	return total, nil
+}

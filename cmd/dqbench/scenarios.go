@@ -16,10 +16,12 @@ import (
 
 var scenarios = []scenario{
 	{"s1", "push, single calls", pushSingle},
+	{"s1b", "push, PushMany of 100", pushBatched},
 	{"s2", "delivery lateness", lateness},
 	{"s3", "end to end, due now", endToEnd},
 	{"s4", "memory per pending job", memory},
 	{"s5", "idle cost", idle},
+	{"s6", "cost growth with pending jobs", growth},
 }
 
 var latenessJobs = 20_000
@@ -84,6 +86,46 @@ func pushSingle(ctx context.Context, b *bench) (figures, error) {
 	if err != nil {
 		return nil, err
 	}
+	after, err := b.commandCalls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(figures{{"throughput", "jobs/s", n / took.Seconds()}}, after.sub(before).perJob(n)...), nil
+}
+
+func pushBatched(ctx context.Context, b *bench) (figures, error) {
+	const n, batch = 100_000, 100
+	q, err := b.open("s1b")
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close(ctx)
+	body := body()
+	before, err := b.commandCalls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for range producers {
+		g.Go(func() error {
+			jobs := make([]*delayqueue.Job, batch)
+			for next.Add(batch) <= n {
+				for i := range jobs {
+					jobs[i] = &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+				}
+				if _, err := q.PushMany(gctx, jobs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	took := time.Since(start)
 	after, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, err
@@ -172,6 +214,7 @@ func lateness(ctx context.Context, b *bench) (figures, error) {
 	}
 	slices.Sort(lates)
 	slices.Sort(serverLates)
+	b.lateness = append(b.lateness, lates)
 	return figures{
 		{"lateness p50", "ms", percentile(lates, 50)},
 		{"lateness p90", "ms", percentile(lates, 90)},
@@ -296,4 +339,99 @@ func idle(ctx context.Context, b *bench) (figures, error) {
 		{"commands sent per second", "cmd/s", float64(d.sent) / window.Seconds()},
 		{"commands run per second, incl. inside scripts", "cmd/s", float64(d.run) / window.Seconds()},
 	}, nil
+}
+
+// growth measures what a push and a move cost Redis, in microseconds of
+// script time per job (INFO commandstats), with 10,000, 100,000 and
+// 1,000,000 jobs already pending.
+func growth(ctx context.Context, b *bench) (figures, error) {
+	const n = 10_000
+	var figs figures
+	var push, move []float64
+	for _, pending := range []int{10_000, 100_000, 1_000_000} {
+		if err := b.reset(ctx); err != nil {
+			return nil, err
+		}
+		q, err := b.open("s6")
+		if err != nil {
+			return nil, err
+		}
+		body := body()
+		if err := pushMany(ctx, q, pending, func() *delayqueue.Job {
+			return &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+		}); err != nil {
+			return nil, err
+		}
+
+		if err := b.resetStats(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := pushAll(ctx, q, n, func(int) *delayqueue.Job {
+			return &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+		}); err != nil {
+			return nil, err
+		}
+		usec, err := b.scriptUsec(ctx)
+		if err != nil {
+			return nil, err
+		}
+		push = append(push, float64(usec)/n)
+
+		due := time.Now().Add(2 * time.Second)
+		if err := pushMany(ctx, q, n, func() *delayqueue.Job {
+			return &delayqueue.Job{Topic: "bench", Body: body, RunAt: due}
+		}); err != nil {
+			return nil, err
+		}
+		if err := b.resetStats(ctx); err != nil {
+			return nil, err
+		}
+		if err := q.Start(ctx); err != nil {
+			return nil, err
+		}
+		if err := b.waitReady(ctx, q, n, time.Minute); err != nil {
+			return nil, err
+		}
+		usec, err = b.scriptUsec(ctx)
+		if err != nil {
+			return nil, err
+		}
+		move = append(move, float64(usec)/n)
+		if err := q.Close(ctx); err != nil {
+			return nil, err
+		}
+		figs = append(figs,
+			figure{fmt.Sprintf("push, %d pending", pending), "µs of Redis per job", push[len(push)-1]},
+			figure{fmt.Sprintf("move, %d pending", pending), "µs of Redis per job", move[len(move)-1]})
+	}
+	b.growth = append(b.growth, [2][]float64{push, move})
+	return append(figs,
+		figure{"push cost, 1,000,000 vs 10,000 pending", "%", 100 * (push[2]/push[0] - 1)},
+		figure{"move cost, 1,000,000 vs 10,000 pending", "%", 100 * (move[2]/move[0] - 1)},
+	), nil
+}
+
+// pushMany pushes n jobs with PushMany in batches of 1,000 from 4 goroutines.
+func pushMany(ctx context.Context, q *delayqueue.DelayQueue, n int, mk func() *delayqueue.Job) error {
+	const batch = 1000
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range 4 {
+		g.Go(func() error {
+			for {
+				start := int(next.Add(batch)) - batch
+				if start >= n {
+					return nil
+				}
+				jobs := make([]*delayqueue.Job, min(batch, n-start))
+				for i := range jobs {
+					jobs[i] = mk()
+				}
+				if _, err := q.PushMany(ctx, jobs); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
 }
