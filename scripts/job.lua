@@ -32,16 +32,11 @@ local function decode(v)
   }
 end
 
+-- Numbers are whole and below 10^14 (a millisecond time until the year
+-- 5138), so Lua's own number-to-string conversion writes them exactly.
 local function encode(j)
-  return table.concat({
-    '1', j.state,
-    string.format('%d', j.attempts),
-    string.format('%d', j.max),
-    string.format('%d', j.ttr),
-    string.format('%d', j.at),
-    string.format('%d', j.lease),
-    j.topic, j.err, j.body,
-  }, '\n')
+  return '1\n' .. j.state .. '\n' .. j.attempts .. '\n' .. j.max .. '\n' .. j.ttr .. '\n' ..
+    j.at .. '\n' .. j.lease .. '\n' .. j.topic .. '\n' .. j.err .. '\n' .. j.body
 end
 
 -- now_us returns the Redis server's clock in microseconds.
