@@ -69,33 +69,41 @@ func pushAll(ctx context.Context, q *delayqueue.DelayQueue, n int, mk func(i int
 }
 
 func pushSingle(ctx context.Context, b *bench) (figures, error) {
-	const n = 100_000
-	q, err := b.open("s1")
-	if err != nil {
-		return nil, err
-	}
-	defer q.Close(ctx)
-	body := body()
-	before, err := b.commandCalls(ctx)
-	if err != nil {
-		return nil, err
-	}
-	took, err := pushAll(ctx, q, n, func(int) *delayqueue.Job {
-		return &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+	return b.pushThroughput(ctx, "s1", func(ctx context.Context, q *delayqueue.DelayQueue, n int, job func() *delayqueue.Job) error {
+		_, err := pushAll(ctx, q, n, func(int) *delayqueue.Job { return job() })
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	after, err := b.commandCalls(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return append(figures{{"throughput", "jobs/s", n / took.Seconds()}}, after.sub(before).perJob(n)...), nil
 }
 
 func pushBatched(ctx context.Context, b *bench) (figures, error) {
-	const n, batch = 100_000, 100
-	q, err := b.open("s1b")
+	const batch = 100
+	return b.pushThroughput(ctx, "s1b", func(ctx context.Context, q *delayqueue.DelayQueue, n int, job func() *delayqueue.Job) error {
+		var next atomic.Int64
+		g, ctx := errgroup.WithContext(ctx)
+		for range producers {
+			g.Go(func() error {
+				jobs := make([]*delayqueue.Job, batch)
+				for next.Add(batch) <= int64(n) {
+					for i := range jobs {
+						jobs[i] = job()
+					}
+					if _, err := q.PushMany(ctx, jobs); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	})
+}
+
+// pushThroughput times push putting 100,000 jobs of 128 bytes, due in an
+// hour, into a fresh queue, and counts the commands it took.
+func (b *bench) pushThroughput(ctx context.Context, name string,
+	push func(context.Context, *delayqueue.DelayQueue, int, func() *delayqueue.Job) error) (figures, error) {
+	const n = 100_000
+	q, err := b.open(name)
 	if err != nil {
 		return nil, err
 	}
@@ -105,24 +113,10 @@ func pushBatched(ctx context.Context, b *bench) (figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	var next atomic.Int64
-	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
-	for range producers {
-		g.Go(func() error {
-			jobs := make([]*delayqueue.Job, batch)
-			for next.Add(batch) <= n {
-				for i := range jobs {
-					jobs[i] = &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
-				}
-				if _, err := q.PushMany(gctx, jobs); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := push(ctx, q, n, func() *delayqueue.Job {
+		return &delayqueue.Job{Topic: "bench", Body: body, Delay: time.Hour}
+	}); err != nil {
 		return nil, err
 	}
 	took := time.Since(start)
