@@ -163,9 +163,9 @@ func (c *consumer) run(job *Job) {
 	case err == nil:
 		err = c.q.finish(ctx, job.ID, job.lease)
 	case c.ctx.Err() != nil:
-		err = c.q.Release(ctx, job) // stopped by shutdown, not failed
+		err = c.q.release(ctx, job) // stopped by shutdown, not failed
 	default:
-		err = c.q.Retry(ctx, job, err)
+		err = c.q.retry(ctx, job, err)
 	}
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
 		log.Debug("delayqueue: job was no longer held when its handler returned", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
@@ -211,7 +211,7 @@ func (c *consumer) releaseRunning() {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 10*time.Second)
 	defer cancel()
 	for _, job := range jobs {
-		if err := c.q.Release(ctx, job); err != nil {
+		if err := c.q.release(ctx, job); err != nil {
 			c.q.opts.logger.Debug("delayqueue: cannot release job at shutdown", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
 		}
 	}

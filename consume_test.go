@@ -182,3 +182,30 @@ func TestConsumeRejectsBadArguments(t *testing.T) {
 	closeQueue(t, q)
 	assert.ErrorIs(t, q.Consume(ctx, "t", h, ConsumeOptions{}), ErrClosed)
 }
+
+func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		bg := context.Background()
+		name := uniqueName(t)
+		q, err := New(be.client, WithName(name), WithLogger(discard), WithDefaultTTR(time.Hour))
+		require.NoError(t, err)
+		id := pushed(t, q, &Job{Topic: "t"})
+		started, release := make(chan struct{}), make(chan struct{})
+		errc := make(chan error, 1)
+		go func() {
+			errc <- q.Consume(bg, "t", func(ctx context.Context, job *Job) error {
+				close(started)
+				<-release
+				return nil
+			}, ConsumeOptions{})
+		}()
+		<-started
+		closeQueue(t, q) // Close stops Consume, but not the running handler
+		close(release)
+		assert.ErrorIs(t, <-errc, ErrClosed)
+
+		other := newQueue(t, be.client, WithName(name))
+		_, err = other.Get(bg, id)
+		assert.ErrorIs(t, err, ErrNotFound, "the handler's success still finished the job")
+	})
+}

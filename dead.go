@@ -46,7 +46,7 @@ func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*
 // RequeueDead makes a dead job ready again at once, with its attempts reset.
 // It returns ErrNotFound when no dead job has that ID.
 func (q *DelayQueue) RequeueDead(ctx context.Context, id string) error {
-	b, err := q.bucketOfID(id)
+	b, err := q.openBucketOfID(id)
 	if err != nil {
 		return err
 	}

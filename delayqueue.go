@@ -104,6 +104,9 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed.Load() { // Close may have run since the check above
+		return ErrClosed
+	}
 	if q.started {
 		return ErrStarted
 	}

@@ -166,7 +166,7 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	if job.RunAt.IsZero() {
 		a.delayMs = ceilMs(job.Delay)
 	} else {
-		a.runAtMs = ceilMs(time.Duration(job.RunAt.UnixNano()))
+		a.runAtMs = unixMsUp(job.RunAt)
 	}
 	ttr := job.TTR
 	if ttr == 0 {
@@ -178,6 +178,16 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		a.maxAttempts = o.maxAttempts
 	}
 	return a, nil
+}
+
+// unixMsUp is t in Unix milliseconds, rounded up so that a job is never due
+// early.
+func unixMsUp(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }
 
 // ceilMs rounds up to whole milliseconds, so that a job is never due early.

@@ -23,6 +23,7 @@ import (
 //	dq:{name:b}:dead:<topic>   ZSET  IDs of dead jobs scored by the time they died
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
+//	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
 //	dq:{name}:meta             HASH  bucket count and node sequence of the queue
 //
 // Each bucket also has pub/sub channels under its tag. On Redis Cluster the
@@ -38,8 +39,8 @@ type keyspace struct {
 
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
-	pool, zset, readyPrefix, deadPrefix, lock, deadTopics string
-	wake, readyChannels                                   string // channel, and prefix of the topics' channels
+	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, leases string
+	wake, readyChannels                                           string // channel, and prefix of the topics' channels
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -53,6 +54,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			deadPrefix:    prefix + "dead:",
 			lock:          prefix + "lock",
 			deadTopics:    prefix + "deadtopics",
+			leases:        prefix + "leases",
 			wake:          prefix + "ev:wake",
 			readyChannels: prefix + "ev:ready:",
 		}

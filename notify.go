@@ -35,6 +35,7 @@ type notifier struct {
 	topics   map[string]*topicWatch
 	watched  map[string]bool // topics whose subscription was confirmed once
 	handlers []*handler
+	dropped  []*subscription // replaced after a slot move; their readers may still run
 	closed   bool
 }
 
@@ -52,6 +53,18 @@ type subscription struct {
 	done      chan struct{} // closed when the reader returns
 	confirmed map[string]chan struct{}
 	moved     bool // Redis dropped it: its slot went to another master
+	closing   sync.Once
+}
+
+// closePS closes the pub/sub connection once.
+func (sub *subscription) closePS() error {
+	var err error
+	sub.closing.Do(func() {
+		if sub.ps != nil {
+			err = sub.ps.Close()
+		}
+	})
+	return err
 }
 
 // newNotifier makes the notifier; ctx carries values only, its end is
@@ -71,7 +84,8 @@ func newNotifier(ctx context.Context, q *DelayQueue) *notifier {
 
 // subscribe subscribes to the channels, which carry what routes say, and
 // waits until Redis confirms every one, so that nothing published
-// afterwards is missed.
+// afterwards is missed. ctx bounds the wait; the subscription itself goes
+// on after it ends, as go-redis keeps it.
 func (n *notifier) subscribe(ctx context.Context, channels map[string]route) error {
 	var wait []chan struct{}
 	n.mu.Lock()
@@ -101,7 +115,7 @@ func (n *notifier) subscribe(ctx context.Context, channels map[string]route) err
 	}
 	var errs []error
 	for key, chs := range fresh {
-		errs = append(errs, n.subscribeLocked(ctx, n.subs[key], chs))
+		errs = append(errs, n.subscribeLocked(n.ctx, n.subs[key], chs))
 	}
 	n.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
@@ -166,12 +180,8 @@ func (n *notifier) listenForHandlers(ctx context.Context, hs []*handler) error {
 // the first Pop of a topic waits for the subscription; later ones rely on
 // it, and on the safety poll while it is being restored.
 func (n *notifier) watch(ctx context.Context, topic string) (*topicWatch, error) {
+	w := n.topicWatch(topic)
 	n.mu.Lock()
-	w, ok := n.topics[topic]
-	if !ok {
-		w = newTopicWatch(n.q.opts.buckets)
-		n.topics[topic] = w
-	}
 	watched := n.watched[topic]
 	n.mu.Unlock()
 	if watched {
@@ -188,6 +198,18 @@ func (n *notifier) watch(ctx context.Context, topic string) (*topicWatch, error)
 	n.watched[topic] = true
 	n.mu.Unlock()
 	return w, nil
+}
+
+// topicWatch returns the topic's watch, made on first use, subscribed or not.
+func (n *notifier) topicWatch(topic string) *topicWatch {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w, ok := n.topics[topic]
+	if !ok {
+		w = newTopicWatch(n.q.opts.buckets)
+		n.topics[topic] = w
+	}
+	return w
 }
 
 func (n *notifier) read(sub *subscription, msgs <-chan any) {
@@ -245,7 +267,7 @@ func (n *notifier) moved(sub *subscription) {
 	n.moves.Add(1)
 	go func() {
 		defer n.moves.Done()
-		_ = sub.ps.Close()
+		_ = sub.closePS()
 		for attempt := 1; n.ctx.Err() == nil; attempt++ {
 			n.q.noteError(n.ctx, errSlotMoved) // have go-redis learn the new owner
 			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
@@ -261,10 +283,13 @@ func (n *notifier) moved(sub *subscription) {
 			retry := n.subs[sub.key]
 			if retry != nil && !retry.moved {
 				n.dropLocked(retry)
+				for ch := range retry.confirmed { // a Pop may have added a topic meanwhile
+					channels[ch] = n.routes[ch]
+				}
 			}
 			n.mu.Unlock()
-			if retry != nil && retry.ps != nil {
-				_ = retry.ps.Close()
+			if retry != nil {
+				_ = retry.closePS()
 			}
 			wait := time.NewTimer(retryBackoff(attempt))
 			select {
@@ -284,6 +309,7 @@ func (n *notifier) dropLocked(sub *subscription) {
 	if n.subs[sub.key] == sub {
 		delete(n.subs, sub.key)
 	}
+	n.dropped = append(n.dropped, sub)
 	for _, c := range sub.confirmed {
 		select {
 		case <-c:
@@ -311,6 +337,7 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	case r.topic == "" && h == nil:
 	case r.topic == "" && resync:
 		h.wake(0)
+		h.leaseFreed() // a "free" may have been lost too
 	case r.topic == "" && payload == "free":
 		h.leaseFreed()
 	case r.topic == "":
@@ -333,16 +360,18 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 func (n *notifier) close(ctx context.Context) error {
 	n.mu.Lock()
 	n.closed = true
-	subs := n.subs
 	n.mu.Unlock()
 	n.cancel()
 	n.moves.Wait()
+	n.mu.Lock()
+	subs := n.dropped
+	for _, sub := range n.subs {
+		subs = append(subs, sub)
+	}
+	n.mu.Unlock()
 	var errs []error
 	for _, sub := range subs {
-		if sub.ps == nil {
-			continue
-		}
-		if err := sub.ps.Close(); err != nil {
+		if err := sub.closePS(); err != nil {
 			errs = append(errs, fmt.Errorf("delayqueue: close pub/sub: %w", err))
 		}
 	}

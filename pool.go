@@ -15,7 +15,7 @@ import (
 // Attempts. It returns ErrNotFound when no such job exists (it was finished,
 // removed, or never pushed) and ErrInvalidID for an ID no job can have.
 func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
-	b, err := q.bucketOfID(id)
+	b, err := q.openBucketOfID(id)
 	if err != nil {
 		return nil, err
 	}
@@ -36,14 +36,18 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 // reply was lost and that the client re-sent returns ErrNotFound although the
 // job was finished: treat ErrNotFound from Finish as "already gone".
 func (q *DelayQueue) Finish(ctx context.Context, id string) error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
 	return q.finish(ctx, id, "")
 }
 
 // finish deletes a reserved job; with a lease, only while that reservation
 // holds, so that a consumer whose lease ran out leaves the job to the
-// consumer that has it now.
+// consumer that has it now. It works on a closed queue, so that Consume can
+// settle the jobs its handlers finish after Close.
 func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
-	b, err := q.bucketOfID(id)
+	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
 	}
@@ -66,7 +70,7 @@ func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 // Remove cancels a job in any state: it will not be delivered (again). It
 // costs O(log n). It returns ErrNotFound when no such job exists.
 func (q *DelayQueue) Remove(ctx context.Context, id string) error {
-	b, err := q.bucketOfID(id)
+	b, err := q.openBucketOfID(id)
 	if err != nil {
 		return err
 	}
@@ -81,13 +85,19 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// bucketOfID checks an ID given by the caller and returns its bucket.
-func (q *DelayQueue) bucketOfID(id string) (int, error) {
+// openBucketOfID checks that the queue is open and the ID valid, and
+// returns the ID's bucket.
+func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 	if q.closed.Load() {
 		return 0, ErrClosed
 	}
+	return bucketOfID(id, q.opts.buckets)
+}
+
+// bucketOfID checks an ID and returns its bucket.
+func bucketOfID(id string, buckets int) (int, error) {
 	if err := validateID(id); err != nil {
 		return 0, err
 	}
-	return bucketOf(id, q.opts.buckets), nil
+	return bucketOf(id, buckets), nil
 }

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -29,8 +30,8 @@ const (
 // reserve pops and reserves one ready job of topic from bucket b.
 func (q *DelayQueue) reserve(ctx context.Context, b int, topic string) (*Job, reserveStatus, error) {
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, scriptReserve, []string{bk.ready(topic), bk.pool, bk.zset},
-		bk.wake, q.pub, staleSkips).Slice()
+	res, err := q.run(ctx, scriptReserve, []string{bk.ready(topic), bk.pool, bk.zset, bk.leases},
+		bk.wake, q.pub, staleSkips, topic).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
 	}
@@ -73,19 +74,27 @@ func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	w, err := n.watch(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
 	deadline := time.Now().Add(timeout)
-	var timer *time.Timer
 	// A Pop that does not wait looks at every bucket: a notification for a
 	// job pushed just before may still be on its way.
 	all := timeout <= 0
+	// The first Pop of a topic subscribes to its channels, within its own
+	// timeout: when Redis does not confirm in time, it looks once anyway.
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	w, err := n.watch(wctx, topic)
+	cancel()
+	switch {
+	case err == nil:
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		w, all = n.topicWatch(topic), true
+	default:
+		return nil, err
+	}
+	var timer *time.Timer
 	wt := newWaiter()
 	defer w.leave(wt)
 	for {
-		buckets, versions := w.candidates(int(q.rotor.Add(1)), all, wt)
+		buckets, versions := w.candidates(int(q.rotor.Add(1)%uint32(q.opts.buckets)), all, wt)
 		again := false
 		for i, b := range buckets {
 			job, status, err := q.reserve(ctx, b, topic)

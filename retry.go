@@ -72,16 +72,31 @@ func errorText(cause error) string {
 // another consumer) and ErrNotFound when the job was removed; then nothing
 // changes.
 func (q *DelayQueue) Retry(ctx context.Context, job *Job, cause error) error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	return q.retry(ctx, job, cause)
+}
+
+// retry is Retry on a queue that may be closed (see finish).
+func (q *DelayQueue) retry(ctx context.Context, job *Job, cause error) error {
 	if job == nil {
 		return fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
-	return q.RetryAfter(ctx, job, q.opts.backoff(job.Attempts), cause)
+	return q.retryAfter(ctx, job, q.opts.backoff(job.Attempts), cause)
 }
 
 // RetryAfter is Retry with the delay given instead of the queue's backoff.
 // A negative delay returns ErrInvalidJob.
 func (q *DelayQueue) RetryAfter(ctx context.Context, job *Job, delay time.Duration, cause error) error {
-	b, err := q.reservedBucket(job)
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	return q.retryAfter(ctx, job, delay, cause)
+}
+
+func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Duration, cause error) error {
+	b, err := reservedBucket(job, q.opts.buckets)
 	if err != nil {
 		return err
 	}
@@ -104,7 +119,10 @@ func (q *DelayQueue) RetryAfter(ctx context.Context, job *Job, delay time.Durati
 // returns ErrLeaseLost when job's reservation is gone and ErrNotFound when
 // the job was removed.
 func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
-	b, err := q.reservedBucket(job)
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	b, err := reservedBucket(job, q.opts.buckets)
 	if err != nil {
 		return err
 	}
@@ -126,7 +144,15 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 // it could work on the job. It returns ErrLeaseLost when job's reservation
 // is gone and ErrNotFound when the job was removed.
 func (q *DelayQueue) Release(ctx context.Context, job *Job) error {
-	b, err := q.reservedBucket(job)
+	if q.closed.Load() {
+		return ErrClosed
+	}
+	return q.release(ctx, job)
+}
+
+// release is Release on a queue that may be closed (see finish).
+func (q *DelayQueue) release(ctx context.Context, job *Job) error {
+	b, err := reservedBucket(job, q.opts.buckets)
 	if err != nil {
 		return err
 	}
@@ -144,7 +170,7 @@ func (q *DelayQueue) Release(ctx context.Context, job *Job) error {
 // returns ErrNotPending for a reserved or dead job, ErrNotFound when no
 // such job exists, and ErrInvalidJob for a negative delay.
 func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
-	b, err := q.bucketOfID(id)
+	b, err := q.openBucketOfID(id)
 	if err != nil {
 		return err
 	}
@@ -153,7 +179,7 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 	}
 	delayMs, dueMs := ceilMs(delay), int64(0)
 	if !runAt.IsZero() {
-		delayMs, dueMs = -1, ceilMs(time.Duration(runAt.UnixNano()))
+		delayMs, dueMs = -1, unixMsUp(runAt)
 	}
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
@@ -171,14 +197,14 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 }
 
 // reservedBucket checks a job handed back by a consumer.
-func (q *DelayQueue) reservedBucket(job *Job) (int, error) {
+func reservedBucket(job *Job, buckets int) (int, error) {
 	if job == nil {
 		return 0, fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
 	if job.lease == 0 {
 		return 0, fmt.Errorf("%w: job %q was not returned by Pop", ErrInvalidJob, job.ID)
 	}
-	return q.bucketOfID(job.ID)
+	return bucketOfID(job.ID, buckets)
 }
 
 // leaseResult reads the status that the lease-checked scripts return first.

@@ -213,3 +213,38 @@ func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
 		}
 	})
 }
+
+func TestAReusedIDNeverSharesALease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{ID: "x", Topic: "t"})
+		old, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Remove(ctx, "x"))
+		pushed(t, q, &Job{ID: "x", Topic: "t"})
+		current, err := q.Pop(ctx, "t", time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, "x", current.ID)
+
+		assert.ErrorIs(t, q.Release(ctx, old), ErrLeaseLost, "the first job's consumer holds nothing of the second")
+		assert.ErrorIs(t, q.Retry(ctx, old, nil), ErrLeaseLost)
+		assert.ErrorIs(t, q.finish(ctx, old.ID, old.lease), ErrLeaseLost)
+		require.NoError(t, q.finish(ctx, current.ID, current.lease))
+	})
+}
+
+func TestPopSkipsAnIDReusedByAnotherTopic(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{ID: "y", Topic: "t"})
+		require.NoError(t, q.Remove(ctx, "y"))
+		pushed(t, q, &Job{ID: "y", Topic: "u"})
+		_, err := q.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "topic t has no job")
+		job, err := q.Pop(ctx, "u", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, "u", job.Topic)
+	})
+}
