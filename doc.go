@@ -52,6 +52,7 @@
 //	dq:{name:b}:dead:<topic>   ZSET    IDs of dead jobs by time of death
 //	dq:{name:b}:lock           STRING  the lease of the bucket's handler
 //	dq:{name:b}:deadtopics     SET     topics with dead letters
+//	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
 //	dq:{name}:meta             HASH    bucket count, ID node counter
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
