@@ -83,6 +83,15 @@ end
 -- then leaves the job as it was, or at worst leaves an extra ID in a ready
 -- list, which a consumer drops when the job is not ready.
 
+-- schedule makes a job delayed until due_ms in its bucket, waking the
+-- bucket's handler when it became the earliest.
+local function schedule(pool, bucket, pub, wake, id, job, due, now)
+  job.state, job.at = DELAYED, due
+  redis.call('HSET', pool, id, encode(job))
+  redis.call('ZADD', bucket, due, id)
+  wake_if_first(bucket, pub, wake, due, now)
+end
+
 -- make_ready puts a job in its topic's ready list and wakes one consumer.
 local function make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
   redis.call('RPUSH', ready_prefix .. job.topic, id)

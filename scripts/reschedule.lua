@@ -31,8 +31,5 @@ if due <= math.floor(now / 1000) then
   end
   return {1, job.at}
 end
-job.state, job.at = DELAYED, due
-redis.call('HSET', pool, id, encode(job))
-redis.call('ZADD', bucket, due, id)
-wake_if_first(bucket, pub, wake, due, now)
+schedule(pool, bucket, pub, wake, id, job, due, now)
 return {1, due}

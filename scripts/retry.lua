@@ -29,8 +29,5 @@ if delay <= 0 then
   redis.call('ZREM', bucket, id)
   return {1, due}
 end
-job.state, job.at = DELAYED, due
-redis.call('HSET', pool, id, encode(job))
-redis.call('ZADD', bucket, due, id)
-wake_if_first(bucket, pub, wake, due, now)
+schedule(pool, bucket, pub, wake, id, job, due, now)
 return {1, due}
