@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,6 +181,16 @@ func (tl *tally) report(t *testing.T, name string) {
 	assert.Zero(t, dup, "jobs delivered twice")
 }
 
+// deliverAll consumes until every job of want was delivered, or timeout
+// passed, and returns the tally.
+func deliverAll(t *testing.T, q *DelayQueue, want []string, timeout time.Duration) *tally {
+	tl := newTally(want)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	consumeInto(ctx, t, q, tl)
+	return tl
+}
+
 // consumeInto pops and finishes jobs of topic "t" with several workers until
 // every wanted job was delivered or ctx ends, then makes sure nothing more
 // is ready.
@@ -245,10 +256,7 @@ func TestFaultConsumerKilledHoldingJobs(t *testing.T) {
 	holder.signal(t, syscall.SIGKILL)
 
 	startQueue(t, q)
-	tl := newTally(ids)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	consumeInto(ctx, t, q, tl)
+	tl := deliverAll(t, q, ids, time.Minute)
 	tl.report(t, "consumer SIGKILLed holding 1000 reserved jobs")
 }
 
@@ -291,11 +299,7 @@ func TestFaultRedisKilledMidPushWithAOF(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	tl := newTally(acked)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	q2 := newQueue(t, s.Client(t), WithName(name))
-	consumeInto(ctx, t, q2, tl)
+	tl := deliverAll(t, newQueue(t, s.Client(t), WithName(name)), acked, time.Minute)
 	t.Logf("FAULT redis SIGKILLed mid-push (appendfsync always): push calls=%d acknowledged=%d", attempted.Load(), len(acked))
 	tl.report(t, "redis SIGKILLed mid-push and restarted from its AOF")
 }
@@ -318,7 +322,7 @@ func TestFaultLeaseHolderPausedPastItsLease(t *testing.T) {
 		}
 		return vals
 	}
-	require.Eventually(t, func() bool { return !slicesContain(locks(), "") }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return !slices.Contains(locks(), "") }, 10*time.Second, time.Millisecond,
 		"the child holds every bucket")
 	childTokens := locks()
 
@@ -340,10 +344,7 @@ func TestFaultLeaseHolderPausedPastItsLease(t *testing.T) {
 	}, 30*time.Second, time.Millisecond, "this process takes every bucket over")
 	holder.signal(t, syscall.SIGCONT) // resumes, believing it still holds them
 
-	tl := newTally(ids)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	consumeInto(ctx, t, q, tl)
+	tl := deliverAll(t, q, ids, 2*time.Minute)
 	moves := commandCalls(t, c)["rpush"] - before
 	t.Logf("FAULT lease holder SIGSTOPped past its lease: jobs=%d ready-list pushes=%d", n, moves)
 	assert.Equal(t, int64(n), moves, "every job was moved exactly once")
@@ -368,10 +369,7 @@ func TestFaultFiveProcessesContendForEveryBucket(t *testing.T) {
 	ids := pushN(t, q, n, func(i int) *Job {
 		return &Job{Topic: "t", RunAt: due.Add(time.Duration(i%2000) * time.Millisecond), TTR: time.Hour}
 	})
-	tl := newTally(ids)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	consumeInto(ctx, t, q, tl)
+	tl := deliverAll(t, q, ids, 2*time.Minute)
 	moves := commandCalls(t, c)["rpush"]
 	t.Logf("FAULT five processes contending: jobs=%d ready-list pushes=%d", n, moves)
 	assert.Equal(t, int64(n), moves, "every job was moved exactly once")
@@ -385,10 +383,7 @@ func TestFaultManyJobsDueInTheSameMillisecond(t *testing.T) {
 	startQueue(t, q)
 	due := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
 	ids := pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", RunAt: due} })
-	tl := newTally(ids)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	consumeInto(ctx, t, q, tl)
+	tl := deliverAll(t, q, ids, time.Minute)
 	tl.report(t, "10,000 jobs due in the same millisecond")
 }
 
@@ -480,10 +475,7 @@ func TestFaultRedisUnreachableAtStartAndMidway(t *testing.T) {
 		push(i)
 	}
 
-	tl := newTally(acked)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	consumeInto(ctx, t, q, tl)
+	tl := deliverAll(t, q, acked, time.Minute)
 	tl.report(t, "redis unreachable at start and midway")
 
 	proxy.SetUp(false) // Close must not hang on an unreachable Redis
@@ -493,13 +485,4 @@ func TestFaultRedisUnreachableAtStartAndMidway(t *testing.T) {
 	err = q.Close(closeCtx)
 	t.Logf("Close with Redis unreachable returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	assert.NoError(t, closeCtx.Err(), "Close returned within its context")
-}
-
-func slicesContain(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
