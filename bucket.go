@@ -72,10 +72,10 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArg
 // pushCall builds the keys and arguments of push.lua for jobs of bucket b.
 func (q *DelayQueue) pushCall(b int, jobs []pushArgs) ([]string, []any) {
 	bk := q.keys.bucket(b)
-	args := make([]any, 0, 3+7*len(jobs))
+	args := make([]any, 0, 3+3*len(jobs))
 	args = append(args, bk.wake, bk.readyChannels, q.pub)
 	for _, j := range jobs {
-		args = append(args, j.id, j.topic, j.delayMs, j.runAtMs, j.ttrMs, j.maxAttempts, j.body)
+		args = append(args, j.id, j.delayMs, j.job)
 	}
 	return []string{bk.pool, bk.zset, bk.readyPrefix}, args
 }

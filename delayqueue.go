@@ -241,7 +241,7 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 	byBucket := map[int][]pushArgs{}
 	for i, job := range jobs {
 		if job.ID == "" {
-			job.ID = q.ids.Generate().String()
+			job.ID = q.ids.Generate().Base58()
 		}
 		args[i].id, ids[i] = job.ID, job.ID
 		b := bucketOf(job.ID, q.opts.buckets)

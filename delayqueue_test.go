@@ -16,20 +16,22 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		before := keysOf(t, be.client)
 		for name, opt := range map[string]Option{
-			"nil option":       nil,
-			"empty name":       WithName(""),
-			"name with brace":  WithName("a{b"),
-			"name with colon":  WithName("a:b"),
-			"zero buckets":     WithBuckets(0),
-			"too many buckets": WithBuckets(5000),
-			"zero TTR":         WithDefaultTTR(0),
-			"zero attempts":    WithMaxAttempts(0),
-			"zero body":        WithMaxBodySize(0),
-			"tiny lease":       WithLease(time.Millisecond),
-			"zero batch":       WithBatchSize(0),
-			"huge batch":       WithBatchSize(100000),
-			"zero safety poll": WithSafetyPoll(0),
-			"nil logger":       WithLogger(nil),
+			"nil option":        nil,
+			"empty name":        WithName(""),
+			"name with brace":   WithName("a{b"),
+			"name with colon":   WithName("a:b"),
+			"zero buckets":      WithBuckets(0),
+			"too many buckets":  WithBuckets(5000),
+			"zero TTR":          WithDefaultTTR(0),
+			"zero attempts":     WithMaxAttempts(0),
+			"too many attempts": WithMaxAttempts(65536),
+			"TTR over 49 days":  WithDefaultTTR(maxTTR + time.Millisecond),
+			"zero body":         WithMaxBodySize(0),
+			"tiny lease":        WithLease(time.Millisecond),
+			"zero batch":        WithBatchSize(0),
+			"huge batch":        WithBatchSize(100000),
+			"zero safety poll":  WithSafetyPoll(0),
+			"nil logger":        WithLogger(nil),
 		} {
 			q, err := New(be.client, opt)
 			assert.ErrorIs(t, err, ErrInvalidOption, name)
@@ -65,7 +67,7 @@ func TestQueuesGetDifferentIDNodes(t *testing.T) {
 		nodes := map[int64]bool{}
 		for range 3 {
 			q := newQueue(t, be.client, WithName(name))
-			id, err := snowflake.ParseString(pushed(t, q, &Job{Topic: "t", Delay: time.Hour}))
+			id, err := snowflake.ParseBase58([]byte(pushed(t, q, &Job{Topic: "t", Delay: time.Hour})))
 			require.NoError(t, err)
 			nodes[id.Node()] = true
 		}

@@ -1,7 +1,7 @@
 package delayqueue
 
 import (
-	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"strconv"
@@ -46,7 +46,8 @@ func (s State) String() string {
 // MaxAttempts when pushing. Attempts, State and ReservedUntil are read-only:
 // they are filled in by Pop and Get and ignored by Push.
 type Job struct {
-	// ID identifies the job. Empty on Push: a unique ID is generated. A
+	// ID identifies the job. Empty on Push: a unique ID is generated (a
+	// snowflake ID in base 58, 11 characters, short to keep memory low). A
 	// caller-chosen ID makes Push idempotent: while a job with that ID
 	// exists, pushing it again creates nothing.
 	ID string
@@ -62,10 +63,11 @@ type Job struct {
 	// delayed job, or when a ready or dead job became so.
 	RunAt time.Time
 	// TTR (time to run) is how long a consumer may hold the job after Pop
-	// before it is delivered again. Zero means the queue's default.
+	// before it is delivered again. Zero means the queue's default; at most
+	// 2^32-1 ms (49 days).
 	TTR time.Duration
 	// MaxAttempts is how many deliveries the job gets before it goes to the
-	// dead letters. Zero means the queue's default.
+	// dead letters. Zero means the queue's default; at most 65,535.
 	MaxAttempts int
 	// Attempts counts the job's deliveries so far, this one included.
 	Attempts int
@@ -126,12 +128,12 @@ func validateID(id string) error {
 
 // pushArgs are the validated values of one job for push.lua.
 type pushArgs struct {
-	id, topic   string
-	delayMs     int64 // -1 when runAtMs is the due time
-	runAtMs     int64
-	ttrMs       int64
-	maxAttempts int
-	body        []byte
+	id string
+	// delayMs is the delay on the server's clock, or "" when the encoded
+	// job's at_ms holds an absolute due time.
+	delayMs string
+	// job is the job encoded as delayed (see encodeJob).
+	job []byte
 }
 
 // prepare checks a job against the queue's limits and fills in defaults. It
@@ -148,7 +150,7 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 			return pushArgs{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
-	a := pushArgs{id: job.ID, topic: job.Topic, body: job.Body, delayMs: -1}
+	var a pushArgs
 	switch {
 	case len(job.Body) > o.maxBody:
 		return a, fmt.Errorf("%w: %w: %d bytes, limit %d", ErrInvalidJob, ErrBodyTooLarge, len(job.Body), o.maxBody)
@@ -160,24 +162,44 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		return a, fmt.Errorf("%w: negative TTR %v", ErrInvalidJob, job.TTR)
 	case job.TTR > 0 && job.TTR < time.Millisecond:
 		return a, fmt.Errorf("%w: TTR %v under 1ms", ErrInvalidJob, job.TTR)
-	case job.MaxAttempts < 0:
-		return a, fmt.Errorf("%w: negative MaxAttempts %d", ErrInvalidJob, job.MaxAttempts)
+	case job.TTR > maxTTR:
+		return a, fmt.Errorf("%w: TTR %v over %v", ErrInvalidJob, job.TTR, maxTTR)
+	case job.MaxAttempts < 0 || job.MaxAttempts > maxMaxAttempts:
+		return a, fmt.Errorf("%w: MaxAttempts %d: want 0 to %d", ErrInvalidJob, job.MaxAttempts, maxMaxAttempts)
 	}
+	var atMs int64
 	if job.RunAt.IsZero() {
-		a.delayMs = ceilMs(job.Delay)
+		a.delayMs = strconv.FormatInt(ceilMs(job.Delay), 10)
 	} else {
-		a.runAtMs = unixMsUp(job.RunAt)
+		var err error
+		if atMs, err = runAtMs(job.RunAt); err != nil {
+			return a, err
+		}
 	}
 	ttr := job.TTR
 	if ttr == 0 {
 		ttr = o.ttr
 	}
-	a.ttrMs = ceilMs(ttr)
-	a.maxAttempts = job.MaxAttempts
-	if a.maxAttempts == 0 {
-		a.maxAttempts = o.maxAttempts
+	maxAttempts := job.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = o.maxAttempts
 	}
+	a.id = job.ID
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs)
 	return a, nil
+}
+
+// maxRunAt is the latest due time a job can hold: at_ms is 6 bytes.
+var maxRunAt = time.UnixMilli(1<<48 - 1)
+
+// runAtMs is an absolute due time in Unix milliseconds, rounded up; a time
+// before 1970 is due now all the same. It returns an error matching
+// ErrInvalidJob after maxRunAt (the year 10889).
+func runAtMs(t time.Time) (int64, error) {
+	if t.After(maxRunAt) {
+		return 0, fmt.Errorf("%w: RunAt %v after %v", ErrInvalidJob, t, maxRunAt)
+	}
+	return max(unixMsUp(t), 0), nil
 }
 
 // unixMsUp is t in Unix milliseconds, rounded up so that a job is never due
@@ -201,41 +223,77 @@ func bucketOf(id string, buckets int) int {
 	return int(crc32.ChecksumIEEE([]byte(id)) % uint32(buckets))
 }
 
-// decodeJob reads a job as job.lua encodes it: nine header fields and the
-// body, joined by '\n'.
+// The job encoding; job.lua documents it and decodes it in scripts.
+const (
+	jobFormat    = 1 << 4 // format 1, in the high nibble of the first byte
+	jobHasError  = 1 << 3
+	jobHeaderLen = 22
+
+	maxTTR         = (1<<32 - 1) * time.Millisecond // ttr_ms is 4 bytes
+	maxMaxAttempts = 1<<16 - 1                      // max attempts is 2 bytes
+)
+
+// encodeJob writes a new delayed job as push.lua stores it: no attempts, no
+// lease, no error, due at atMs (push.lua writes the due time of a delay).
+func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs int64) []byte {
+	v := make([]byte, jobHeaderLen, jobHeaderLen+len(topic)+len(body))
+	v[0] = jobFormat | byte(StateDelayed)
+	binary.BigEndian.PutUint16(v[3:], uint16(maxAttempts))
+	binary.BigEndian.PutUint32(v[5:], uint32(ttrMs))
+	putUint48(v[9:], uint64(atMs))
+	v[21] = byte(len(topic))
+	v = append(v, topic...)
+	return append(v, body...)
+}
+
+func putUint48(b []byte, n uint64) {
+	binary.BigEndian.PutUint16(b, uint16(n>>32))
+	binary.BigEndian.PutUint32(b[2:], uint32(n))
+}
+
+func uint48(b []byte) int64 {
+	return int64(binary.BigEndian.Uint16(b))<<32 | int64(binary.BigEndian.Uint32(b[2:]))
+}
+
+// decodeJob reads a job as job.lua encodes it.
 func decodeJob(id string, v []byte) (*Job, error) {
-	var f [9][]byte
-	rest := v
-	for i := range f {
-		j := bytes.IndexByte(rest, '\n')
-		if j < 0 {
-			return nil, fmt.Errorf("delayqueue: job %q: corrupt encoding", id)
-		}
-		f[i], rest = rest[:j], rest[j+1:]
+	corrupt := func(why string) (*Job, error) {
+		return nil, fmt.Errorf("delayqueue: job %q: corrupt encoding: %s", id, why)
 	}
-	if string(f[0]) != "1" {
-		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding version %q", id, f[0])
+	if len(v) < jobHeaderLen {
+		return corrupt("short header")
 	}
-	var n [6]int64
-	for i := range n {
-		x, err := strconv.ParseInt(string(f[i+1]), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("delayqueue: job %q: corrupt field %d: %w", id, i+1, err)
+	if v[0]&0xf0 != jobFormat {
+		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>4)
+	}
+	state := State(v[0] & 7)
+	if state < StateDelayed || state > StateDead {
+		return corrupt(fmt.Sprintf("state %d", state))
+	}
+	rest := v[jobHeaderLen:]
+	errLen := 0
+	if v[0]&jobHasError != 0 {
+		if len(rest) < 2 {
+			return corrupt("short error length")
 		}
-		n[i] = x
+		errLen, rest = int(binary.BigEndian.Uint16(rest)), rest[2:]
+	}
+	topicLen := int(v[21])
+	if len(rest) < topicLen+errLen {
+		return corrupt("short topic or error")
 	}
 	job := &Job{
 		ID:          id,
-		Topic:       string(f[7]),
-		Body:        rest,
-		State:       State(n[0]),
-		Attempts:    int(n[1]),
-		MaxAttempts: int(n[2]),
-		TTR:         time.Duration(n[3]) * time.Millisecond,
-		LastError:   string(f[8]),
-		lease:       n[5],
+		Topic:       string(rest[:topicLen]),
+		LastError:   string(rest[topicLen : topicLen+errLen]),
+		Body:        rest[topicLen+errLen:],
+		State:       state,
+		Attempts:    int(binary.BigEndian.Uint16(v[1:])),
+		MaxAttempts: int(binary.BigEndian.Uint16(v[3:])),
+		TTR:         time.Duration(binary.BigEndian.Uint32(v[5:])) * time.Millisecond,
+		lease:       uint48(v[15:]),
 	}
-	at := time.UnixMilli(n[4])
+	at := time.UnixMilli(uint48(v[9:]))
 	if job.State == StateReserved {
 		job.ReservedUntil = at
 	} else {

@@ -34,6 +34,9 @@ func TestPushRejectsBadJobsAndWritesNothing(t *testing.T) {
 			{"negative TTR", &Job{Topic: "t", TTR: -time.Second}, []error{ErrInvalidJob}},
 			{"TTR under 1ms", &Job{Topic: "t", TTR: time.Microsecond}, []error{ErrInvalidJob}},
 			{"negative max attempts", &Job{Topic: "t", MaxAttempts: -1}, []error{ErrInvalidJob}},
+			{"max attempts over 65535", &Job{Topic: "t", MaxAttempts: 65536}, []error{ErrInvalidJob}},
+			{"TTR over 49 days", &Job{Topic: "t", TTR: maxTTR + time.Millisecond}, []error{ErrInvalidJob}},
+			{"run-at after the year 10889", &Job{Topic: "t", RunAt: maxRunAt.Add(time.Millisecond)}, []error{ErrInvalidJob}},
 			{"body over the limit", &Job{Topic: "t", Body: make([]byte, 17)}, []error{ErrInvalidJob, ErrBodyTooLarge}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -62,15 +65,40 @@ func TestPushAcceptsUnicodeTopicsAndBinaryBodies(t *testing.T) {
 }
 
 func TestDecodeJobRejectsCorruptValues(t *testing.T) {
-	for _, v := range []string{"", "1\n1\n0", "2\n1\n0\n3\n10\n5\n0\nt\n\nbody", "1\nx\n0\n3\n10\n5\n0\nt\n\nbody"} {
-		_, err := decodeJob("id", []byte(v))
+	good := encodeJob("t", []byte("body"), 10, 3, 5)
+	for _, v := range [][]byte{
+		nil,
+		good[:jobHeaderLen-1],
+		append([]byte{2<<4 | 1}, good[1:]...), // unknown format
+		append([]byte{jobFormat | 7}, good[1:]...),                           // unknown state
+		append([]byte{jobFormat | 1 | jobHasError}, good[1:jobHeaderLen]...), // no error length
+		append(append([]byte{}, good[:21]...), 200),                          // topic longer than the value
+	} {
+		_, err := decodeJob("id", v)
 		assert.Error(t, err, "value %q", v)
 	}
-	job, err := decodeJob("id", []byte("1\n3\n2\n5\n1500\n1700000000000\n4\ntopic\nboom\nbo\ndy"))
+}
+
+func TestDecodeJobReadsEveryField(t *testing.T) {
+	v := []byte{jobFormat | byte(StateReserved) | jobHasError, 0, 2, 0, 5, 0, 0, 0x05, 0xdc}
+	v = append(v, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00) // at 1700000000000
+	v = append(v, 0, 0, 0, 0, 0, 4, 5)                // lease 4, topic length 5
+	v = append(v, 0, 4)                               // error length 4
+	v = append(v, "topicboombo\ndy"...)
+	job, err := decodeJob("id", v)
 	require.NoError(t, err)
 	assert.Equal(t, &Job{
 		ID: "id", Topic: "topic", Body: []byte("bo\ndy"), State: StateReserved, Attempts: 2, MaxAttempts: 5,
 		TTR: 1500 * time.Millisecond, ReservedUntil: time.UnixMilli(1700000000000), LastError: "boom", lease: 4,
+	}, job)
+}
+
+func TestEncodeJobRoundTrips(t *testing.T) {
+	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1))
+	require.NoError(t, err)
+	assert.Equal(t, &Job{
+		ID: "x", Topic: "orders", Body: []byte{0, '\n', 255}, State: StateDelayed, MaxAttempts: 65535,
+		TTR: maxTTR, RunAt: maxRunAt,
 	}, job)
 }
 

@@ -107,10 +107,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: name %q: want 1 to 64 of A-Z a-z 0-9 _ - .", ErrInvalidOption, o.name)
 	case o.buckets < 1 || o.buckets > 4096:
 		return fmt.Errorf("%w: buckets %d: want 1 to 4096", ErrInvalidOption, o.buckets)
-	case o.ttr < time.Millisecond:
-		return fmt.Errorf("%w: default TTR %v: want at least 1ms", ErrInvalidOption, o.ttr)
-	case o.maxAttempts < 1:
-		return fmt.Errorf("%w: max attempts %d: want at least 1", ErrInvalidOption, o.maxAttempts)
+	case o.ttr < time.Millisecond || o.ttr > maxTTR:
+		return fmt.Errorf("%w: default TTR %v: want 1ms to %v", ErrInvalidOption, o.ttr, maxTTR)
+	case o.maxAttempts < 1 || o.maxAttempts > maxMaxAttempts:
+		return fmt.Errorf("%w: max attempts %d: want 1 to %d", ErrInvalidOption, o.maxAttempts, maxMaxAttempts)
 	case o.maxBody < 1:
 		return fmt.Errorf("%w: max body size %d: want at least 1", ErrInvalidOption, o.maxBody)
 	case o.lease < 30*time.Millisecond:

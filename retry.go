@@ -168,7 +168,8 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 // Reschedule moves a delayed or ready job to a new due time: after delay
 // from now on the server's clock, or at runAt when it is not zero. It
 // returns ErrNotPending for a reserved or dead job, ErrNotFound when no
-// such job exists, and ErrInvalidJob for a negative delay.
+// such job exists, and ErrInvalidJob for a negative delay or a runAt past
+// the year 10889.
 func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {
@@ -179,7 +180,10 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 	}
 	delayMs, dueMs := ceilMs(delay), int64(0)
 	if !runAt.IsZero() {
-		delayMs, dueMs = -1, unixMsUp(runAt)
+		if dueMs, err = runAtMs(runAt); err != nil {
+			return err
+		}
+		delayMs = -1
 	}
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},

@@ -160,6 +160,7 @@ func TestReschedule(t *testing.T) {
 	assert.ErrorIs(t, q.Reschedule(ctx, id, time.Minute, time.Time{}), ErrNotPending)
 	assert.ErrorIs(t, q.Reschedule(ctx, "nope", time.Minute, time.Time{}), ErrNotFound)
 	assert.ErrorIs(t, q.Reschedule(ctx, id, -time.Minute, time.Time{}), ErrInvalidJob)
+	assert.ErrorIs(t, q.Reschedule(ctx, id, 0, maxRunAt.Add(time.Millisecond)), ErrInvalidJob)
 }
 
 func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {

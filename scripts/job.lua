@@ -1,42 +1,83 @@
 -- job.lua: the encoding of a job in the pool, shared by every script.
 -- Prepended to each script at load time; defines no keys and reads no ARGV.
--- A job is stored as nine header fields and the body, joined by "\n":
---   version, state, attempts, max_attempts, ttr_ms, at_ms, lease, topic,
---   last_error, body
--- The body comes last and is never split, so it may hold any bytes; topic
--- and last_error never hold "\n". lease counts reservations: a consumer
--- proves it still holds the job by the lease it was given.
+-- A job is stored as a fixed 22-byte header, then topic, last error and body.
+-- Numbers are unsigned big-endian:
+--   offset  0  1 byte   format 1 in the high nibble; bit 3 set when a last
+--                       error follows; the state in the low 3 bits
+--   offset  1  2 bytes  attempts
+--   offset  3  2 bytes  max attempts
+--   offset  5  4 bytes  ttr_ms
+--   offset  9  6 bytes  at_ms
+--   offset 15  6 bytes  lease
+--   offset 21  1 byte   topic length
+--   [offset 22  2 bytes  last error length, when bit 3 is set]
+--   topic, last error, body (the rest: any bytes)
+-- lease counts reservations: a consumer proves it still holds the job by the
+-- lease it was given.
 -- at_ms is the job's score in its bucket while it is there (due time when
 -- delayed, lease deadline when reserved) and the time it became ready or dead
 -- otherwise.
+-- The layout keeps a job of a short topic and a 128-byte body within one
+-- 160-byte allocation of Redis's allocator. job.go decodes it and writes the
+-- header push.lua splices.
 
-local DELAYED, READY, RESERVED, DEAD = '1', '2', '3', '4'
+local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
+local FORMAT = 16 -- format 1, high nibble
+local HAS_ERROR = 8
+local HEADER = 22
+
+local floor, byte, char, sub = math.floor, string.byte, string.char, string.sub
+
+local function u16(n)
+  return char(floor(n / 256) % 256, n % 256)
+end
+
+local function u32(n)
+  return char(floor(n / 16777216) % 256, floor(n / 65536) % 256, floor(n / 256) % 256, n % 256)
+end
+
+-- u48 writes whole numbers below 2^48: 8,900 years of milliseconds.
+local function u48(n)
+  local hi, lo = floor(n / 16777216), n % 16777216
+  return char(floor(hi / 65536) % 256, floor(hi / 256) % 256, hi % 256,
+    floor(lo / 65536), floor(lo / 256) % 256, lo % 256)
+end
+
+-- at_of reads the at_ms field of an encoded job.
+local function at_of(v)
+  local a1, a2, a3, a4, a5, a6 = byte(v, 10, 15)
+  return ((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6
+end
 
 local function decode(v)
-  local f, pos = {}, 1
-  for i = 1, 9 do
-    local j = string.find(v, '\n', pos, true)
-    f[i] = string.sub(v, pos, j - 1)
-    pos = j + 1
+  local flags, t1, t2, m1, m2, r1, r2, r3, r4 = byte(v, 1, 9)
+  local l1, l2, l3, l4, l5, l6, tlen = byte(v, 16, 22)
+  local pos, elen = HEADER + 1, 0
+  if floor(flags / HAS_ERROR) % 2 == 1 then
+    local e1, e2 = byte(v, 23, 24)
+    elen, pos = e1 * 256 + e2, HEADER + 3
   end
   return {
-    state = f[2],
-    attempts = tonumber(f[3]),
-    max = tonumber(f[4]),
-    ttr = tonumber(f[5]),
-    at = tonumber(f[6]),
-    lease = tonumber(f[7]),
-    topic = f[8],
-    err = f[9],
-    body = string.sub(v, pos),
+    state = flags % 8,
+    attempts = t1 * 256 + t2,
+    max = m1 * 256 + m2,
+    ttr = ((r1 * 256 + r2) * 256 + r3) * 256 + r4,
+    at = at_of(v),
+    lease = ((((l1 * 256 + l2) * 256 + l3) * 256 + l4) * 256 + l5) * 256 + l6,
+    topic = sub(v, pos, pos + tlen - 1),
+    err = sub(v, pos + tlen, pos + tlen + elen - 1),
+    body = sub(v, pos + tlen + elen),
   }
 end
 
--- Numbers are whole and below 10^14 (a millisecond time until the year
--- 5138), so Lua's own number-to-string conversion writes them exactly.
 local function encode(j)
-  return '1\n' .. j.state .. '\n' .. j.attempts .. '\n' .. j.max .. '\n' .. j.ttr .. '\n' ..
-    j.at .. '\n' .. j.lease .. '\n' .. j.topic .. '\n' .. j.err .. '\n' .. j.body
+  local flags, err, elen = FORMAT + j.state, j.err, ''
+  if err ~= '' then
+    err = sub(err, 1, 65535)
+    flags, elen = flags + HAS_ERROR, u16(#err)
+  end
+  return char(flags) .. u16(math.min(j.attempts, 65535)) .. u16(j.max) .. u32(j.ttr) ..
+    u48(math.max(j.at, 0)) .. u48(j.lease) .. char(#j.topic) .. elen .. j.topic .. err .. j.body
 end
 
 -- now_us returns the Redis server's clock in microseconds.
