@@ -23,8 +23,9 @@ func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, 
 }
 
 // pushBuckets pushes groups of jobs by bucket: one script call per bucket
-// and chunk, all in one pipeline (one round trip per node).
-func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArgs) error {
+// and chunk, all in one pipeline (one round trip per node). It returns the
+// error of each bucket that failed; nil when all succeeded.
+func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArgs) map[int]error {
 	type call struct {
 		b     int
 		jobs  []pushArgs
@@ -40,8 +41,10 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArg
 		}
 	}
 	if len(calls) == 1 {
-		_, err := q.push(ctx, calls[0].b, calls[0].jobs)
-		return err
+		if _, err := q.push(ctx, calls[0].b, calls[0].jobs); err != nil {
+			return map[int]error{calls[0].b: err}
+		}
+		return nil
 	}
 	for attempt := 0; ; attempt++ {
 		pipe := q.client.Pipeline()
@@ -49,23 +52,42 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArg
 			c.reply = scriptPush.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
-		var err error
+		var errs map[int]error
 		noScript := false
 		for _, c := range calls {
-			if _, e := pushResult(c.b, len(c.jobs), c.reply); e != nil {
+			if _, err := pushResult(c.b, len(c.jobs), c.reply); err != nil {
 				noScript = noScript || redis.HasErrorPrefix(c.reply.Err(), "NOSCRIPT")
-				err = cmp.Or(err, e)
+				if errs == nil {
+					errs = map[int]error{}
+				}
+				errs[c.b] = cmp.Or(errs[c.b], err)
+				q.noteError(ctx, err)
 			}
 		}
-		q.noteError(ctx, err)
 		if !noScript || attempt > 0 {
-			return err
+			return errs
 		}
 		// A server that has not seen the script yet (or restarted): load it
 		// and push again; pushing twice creates nothing twice.
 		if err := scriptPush.Load(ctx, q.client).Err(); err != nil {
-			return fmt.Errorf("delayqueue: load push script: %w", err)
+			err = fmt.Errorf("delayqueue: load push script: %w", err)
+			for b := range errs {
+				errs[b] = err
+			}
+			return errs
 		}
+	}
+}
+
+// flushPushes pushes a batch of concurrent Push calls, coalesced.
+func (q *DelayQueue) flushPushes(ctx context.Context, batch []*request[pushArgs]) {
+	byBucket := map[int][]pushArgs{}
+	for _, r := range batch {
+		byBucket[r.in.bucket] = append(byBucket[r.in.bucket], r.in)
+	}
+	errs := q.pushBuckets(ctx, byBucket)
+	for _, r := range batch {
+		r.err = errs[r.in.bucket]
 	}
 }
 

@@ -22,7 +22,8 @@ type DelayQueue struct {
 	keys   keyspace
 	pub    string // PUBLISH, or SPUBLISH on Redis Cluster
 	ids    *snowflake.Node
-	rotor  atomic.Uint32 // where the next Pop starts looking
+	rotor  atomic.Uint32          // where the next Pop starts looking
+	pushes []*coalescer[pushArgs] // see lane
 
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
@@ -68,8 +69,13 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		pub:    "PUBLISH",
 		done:   make(chan struct{}),
 	}
+	lanes := 1
 	if _, ok := client.(*redis.ClusterClient); ok {
 		q.pub = "SPUBLISH"
+		lanes = o.buckets
+	}
+	for range lanes {
+		q.pushes = append(q.pushes, &coalescer[pushArgs]{max: maxPushChunk, flush: q.flushPushes})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
@@ -203,13 +209,23 @@ func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
 // that exists already is not pushed again, and Push returns its ID with no
 // error: a retried Push creates one job. Push returns an error matching
 // ErrInvalidJob for a job it refuses, and ErrClosed after Close. It is safe
-// for concurrent use.
+// for concurrent use, and concurrent calls are cheaper than lone ones: while
+// one push is on its way to Redis, the Push calls that follow wait and then
+// go together, one script call per bucket, in one round trip.
 func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
-	ids, err := q.PushMany(ctx, []*Job{job})
+	if q.closed.Load() {
+		return "", ErrClosed
+	}
+	a, err := q.opts.prepare(job)
 	if err != nil {
 		return "", err
 	}
-	return ids[0], nil
+	q.assignID(job, &a)
+	// Concurrent Push calls share round trips and script calls.
+	if err := lane(q.pushes, a.bucket).do(ctx, a); err != nil {
+		return "", err
+	}
+	return job.ID, nil
 }
 
 // maxPushChunk bounds how many jobs one push script call carries.
@@ -229,28 +245,34 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 	args := make([]pushArgs, len(jobs))
 	for i, job := range jobs {
 		a, err := q.opts.prepare(job)
-		if err != nil && len(jobs) > 1 {
-			return nil, fmt.Errorf("job %d: %w", i, err)
-		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
 		args[i] = a
 	}
 	ids := make([]string, len(jobs))
 	byBucket := map[int][]pushArgs{}
 	for i, job := range jobs {
-		if job.ID == "" {
-			job.ID = q.ids.Generate().Base58()
-		}
-		args[i].id, ids[i] = job.ID, job.ID
-		b := bucketOf(job.ID, q.opts.buckets)
-		byBucket[b] = append(byBucket[b], args[i])
+		q.assignID(job, &args[i])
+		ids[i] = job.ID
+		byBucket[args[i].bucket] = append(byBucket[args[i].bucket], args[i])
 	}
-	if err := q.pushBuckets(ctx, byBucket); err != nil {
-		return nil, err
+	if errs := q.pushBuckets(ctx, byBucket); errs != nil {
+		for _, a := range args {
+			if err := errs[a.bucket]; err != nil {
+				return nil, err
+			}
+		}
 	}
 	return ids, nil
+}
+
+// assignID gives a job without an ID a new one, and files it in its bucket.
+func (q *DelayQueue) assignID(job *Job, a *pushArgs) {
+	if job.ID == "" {
+		job.ID = q.ids.Generate().Base58()
+	}
+	a.id, a.bucket = job.ID, bucketOf(job.ID, q.opts.buckets)
 }
 
 // warnEviction logs a warning for every Redis master whose maxmemory-policy

@@ -128,7 +128,8 @@ func validateID(id string) error {
 
 // pushArgs are the validated values of one job for push.lua.
 type pushArgs struct {
-	id string
+	id     string
+	bucket int
 	// delayMs is the delay on the server's clock, or "" when the encoded
 	// job's at_ms holds an absolute due time.
 	delayMs string

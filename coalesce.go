@@ -1,0 +1,104 @@
+package delayqueue
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// A coalescer sends concurrent requests together (group commit): while one
+// batch is in flight, later callers queue up, and when it returns, the first
+// of them sends everything queued, up to max, as the next batch. A lone
+// caller sends at once and pays nothing for it; under load, many callers
+// share a round trip and a script call.
+type coalescer[T any] struct {
+	max int
+	// flush sends a batch and sets every request's err.
+	flush func(ctx context.Context, batch []*request[T])
+
+	mu    sync.Mutex // guards the fields below
+	busy  bool       // a batch is in flight
+	queue []*request[T]
+}
+
+// lane picks bucket b's coalescer: the queue has one on a single server,
+// and one per bucket on a Cluster, so that a stalled node holds up only the
+// calls to its own buckets.
+func lane[T any](lanes []*coalescer[T], b int) *coalescer[T] {
+	return lanes[b%len(lanes)]
+}
+
+type request[T any] struct {
+	in   T
+	err  error
+	done chan struct{}      // closed once err is set
+	lead chan []*request[T] // hands this request the next batch to send
+}
+
+// do sends in, alone or with others, and returns its outcome. A caller whose
+// ctx ends while it still waits in the queue returns ctx.Err(), and its
+// request is never sent; once sent, it waits for the outcome.
+func (c *coalescer[T]) do(ctx context.Context, in T) error {
+	r := &request[T]{in: in}
+	c.mu.Lock()
+	if !c.busy {
+		c.busy = true
+		c.mu.Unlock()
+		return c.send(ctx, []*request[T]{r})
+	}
+	r.done, r.lead = make(chan struct{}), make(chan []*request[T], 1)
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	cancelled := ctx.Done()
+	for {
+		select {
+		case batch := <-r.lead:
+			return c.send(ctx, batch)
+		case <-r.done:
+			return r.err
+		case <-cancelled:
+			if c.dequeue(r) {
+				return ctx.Err()
+			}
+			cancelled = nil // already sent: wait for the outcome
+		}
+	}
+}
+
+// dequeue takes r off the queue, and reports whether it was still there.
+func (c *coalescer[T]) dequeue(r *request[T]) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.queue, r)
+	if i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
+	}
+	return i >= 0
+}
+
+// send flushes batch, whose first request is the caller's, passes the queue
+// on to its first request, and returns the caller's outcome.
+func (c *coalescer[T]) send(ctx context.Context, batch []*request[T]) error {
+	if len(batch) > 1 {
+		// Others' requests ride on this call: the caller's cancellation
+		// must not cut them off (the client's timeouts still bound it).
+		ctx = context.WithoutCancel(ctx)
+	}
+	c.flush(ctx, batch)
+	c.mu.Lock()
+	n := min(len(c.queue), c.max)
+	next := c.queue[:n:n]
+	c.queue = c.queue[n:]
+	if len(c.queue) == 0 {
+		c.queue = nil
+	}
+	c.busy = n > 0
+	c.mu.Unlock()
+	for _, r := range batch[1:] {
+		close(r.done)
+	}
+	if n > 0 {
+		next[0].lead <- next
+	}
+	return batch[0].err
+}
