@@ -19,64 +19,39 @@ import (
 // for each whether it was created (false: its ID existed already).
 func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, error) {
 	keys, args := q.pushCall(b, jobs)
-	return pushResult(b, len(jobs), q.run(ctx, scriptPush, keys, args...))
+	return pushResult(b, len(jobs), q.run(ctx, b, scriptPush, keys, args...))
 }
 
 // pushBuckets pushes groups of jobs by bucket: one script call per bucket
 // and chunk, all in one pipeline (one round trip per node). It returns the
 // error of each bucket that failed; nil when all succeeded.
 func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArgs) map[int]error {
-	type call struct {
-		b     int
-		jobs  []pushArgs
-		keys  []string
-		args  []any
-		reply *redis.Cmd
+	type push struct {
+		b    int
+		jobs []pushArgs
+		call *scriptCall
 	}
-	var calls []*call
+	var pushes []push
+	var calls []*scriptCall
 	for b, group := range byBucket {
 		for chunk := range slices.Chunk(group, maxPushChunk) {
 			keys, args := q.pushCall(b, chunk)
-			calls = append(calls, &call{b: b, jobs: chunk, keys: keys, args: args})
+			c := &scriptCall{script: scriptPush, keys: keys, args: args}
+			pushes = append(pushes, push{b, chunk, c})
+			calls = append(calls, c)
 		}
 	}
-	if len(calls) == 1 {
-		if _, err := q.push(ctx, calls[0].b, calls[0].jobs); err != nil {
-			return map[int]error{calls[0].b: err}
-		}
-		return nil
-	}
-	for attempt := 0; ; attempt++ {
-		pipe := q.client.Pipeline()
-		for _, c := range calls {
-			c.reply = scriptPush.EvalSha(ctx, pipe, c.keys, c.args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per call below
-		var errs map[int]error
-		noScript := false
-		for _, c := range calls {
-			if _, err := pushResult(c.b, len(c.jobs), c.reply); err != nil {
-				noScript = noScript || redis.HasErrorPrefix(c.reply.Err(), "NOSCRIPT")
-				if errs == nil {
-					errs = map[int]error{}
-				}
-				errs[c.b] = cmp.Or(errs[c.b], err)
-				q.noteError(ctx, err)
+	q.sendCalls(ctx, calls)
+	var errs map[int]error
+	for _, p := range pushes {
+		if _, err := pushResult(p.b, len(p.jobs), p.call.cmd); err != nil {
+			if errs == nil {
+				errs = map[int]error{}
 			}
-		}
-		if !noScript || attempt > 0 {
-			return errs
-		}
-		// A server that has not seen the script yet (or restarted): load it
-		// and push again; pushing twice creates nothing twice.
-		if err := scriptPush.Load(ctx, q.client).Err(); err != nil {
-			err = fmt.Errorf("delayqueue: load push script: %w", err)
-			for b := range errs {
-				errs[b] = err
-			}
-			return errs
+			errs[p.b] = cmp.Or(errs[p.b], err)
 		}
 	}
+	return errs
 }
 
 // flushPushes pushes a batch of concurrent Push calls, coalesced.
@@ -136,7 +111,7 @@ type moveResult struct {
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics}
-	res, err := q.run(ctx, scriptMove, keys,
+	res, err := q.run(ctx, b, scriptMove, keys,
 		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub).Int64Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)

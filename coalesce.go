@@ -6,19 +6,34 @@ import (
 	"sync"
 )
 
-// A coalescer sends concurrent requests together (group commit): while one
-// batch is in flight, later callers queue up, and when it returns, the first
-// of them sends everything queued, up to max, as the next batch. A lone
+// A coalescer sends concurrent requests together (group commit): while its
+// batches are in flight (at most inflight of them), later callers queue up,
+// and when one returns, the first of them sends everything queued, up to
+// max, as the next batch. A lone
 // caller sends at once and pays nothing for it; under load, many callers
 // share a round trip and a script call.
 type coalescer[T any] struct {
-	max int
+	max      int // requests per batch
+	inflight int // batches in flight at most; 0 means 1
 	// flush sends a batch and sets every request's err.
 	flush func(ctx context.Context, batch []*request[T])
 
 	mu    sync.Mutex // guards the fields below
-	busy  bool       // a batch is in flight
+	busy  int        // batches in flight
 	queue []*request[T]
+}
+
+// inflight is how many batches a lane keeps in flight: with two, Redis
+// works on one while the client reads the other's replies and gathers the
+// next.
+const inflight = 2
+
+func newLanes[T any](n, max int, flush func(context.Context, []*request[T])) []*coalescer[T] {
+	lanes := make([]*coalescer[T], n)
+	for i := range lanes {
+		lanes[i] = &coalescer[T]{max: max, inflight: inflight, flush: flush}
+	}
+	return lanes
 }
 
 // lane picks bucket b's coalescer: the queue has one on a single server,
@@ -41,8 +56,8 @@ type request[T any] struct {
 func (c *coalescer[T]) do(ctx context.Context, in T) error {
 	r := &request[T]{in: in}
 	c.mu.Lock()
-	if !c.busy {
-		c.busy = true
+	if c.busy < max(c.inflight, 1) {
+		c.busy++
 		c.mu.Unlock()
 		return c.send(ctx, []*request[T]{r})
 	}
@@ -92,7 +107,9 @@ func (c *coalescer[T]) send(ctx context.Context, batch []*request[T]) error {
 	if len(c.queue) == 0 {
 		c.queue = nil
 	}
-	c.busy = n > 0
+	if n == 0 {
+		c.busy--
+	}
 	c.mu.Unlock()
 	for _, r := range batch[1:] {
 		close(r.done)

@@ -74,7 +74,7 @@ func TestCoalescerSendsQueuedCallsAsOneBatch(t *testing.T) {
 	require.Len(t, g.batches, 2)
 	assert.Equal(t, []int{0}, g.batches[0])
 	assert.ElementsMatch(t, []int{1, 2, -3, 4, 5}, g.batches[1], "the queue went out in one batch")
-	assert.False(t, c.busy)
+	assert.Zero(t, c.busy)
 }
 
 func TestCoalescerBoundsABatch(t *testing.T) {

@@ -27,7 +27,7 @@ func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*
 	var jobs []*Job
 	for b := range q.opts.buckets {
 		bk := q.keys.bucket(b)
-		res, err := q.run(ctx, scriptDead, []string{bk.dead(topic), bk.pool}, limit).StringSlice()
+		res, err := q.run(ctx, b, scriptDead, []string{bk.dead(topic), bk.pool}, limit).StringSlice()
 		if err != nil {
 			return nil, fmt.Errorf("delayqueue: list dead jobs of %q in bucket %d: %w", topic, b, err)
 		}
@@ -105,7 +105,7 @@ func (q *DelayQueue) eachBucketBatch(step func(b int) (int, error)) (int, error)
 
 func (q *DelayQueue) requeue(ctx context.Context, b int, topic, id string) (int, error) {
 	bk := q.keys.bucket(b)
-	n, err := q.run(ctx, scriptRequeue, []string{bk.dead(topic), bk.pool, bk.readyPrefix},
+	n, err := q.run(ctx, b, scriptRequeue, []string{bk.dead(topic), bk.pool, bk.readyPrefix},
 		bk.readyChannels, q.pub, deadBatch, id).Int()
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: requeue dead jobs of %q in bucket %d: %w", topic, b, err)
@@ -117,7 +117,7 @@ func (q *DelayQueue) requeue(ctx context.Context, b int, topic, id string) (int,
 // ageMs ago.
 func (q *DelayQueue) purge(ctx context.Context, b int, topic string, ageMs int64) (int, error) {
 	bk := q.keys.bucket(b)
-	n, err := q.run(ctx, scriptPurge, []string{bk.dead(topic), bk.pool, bk.deadTopics},
+	n, err := q.run(ctx, b, scriptPurge, []string{bk.dead(topic), bk.pool, bk.deadTopics},
 		topic, ageMs, deadBatch).Int()
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: purge dead jobs of %q in bucket %d: %w", topic, b, err)

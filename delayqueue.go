@@ -17,13 +17,16 @@ import (
 // Pop them and Finish them. A DelayQueue is safe for concurrent use; many
 // processes may open the same queue on the same Redis.
 type DelayQueue struct {
-	client redis.UniversalClient
-	opts   options
-	keys   keyspace
-	pub    string // PUBLISH, or SPUBLISH on Redis Cluster
-	ids    *snowflake.Node
-	rotor  atomic.Uint32          // where the next Pop starts looking
-	pushes []*coalescer[pushArgs] // see lane
+	client   redis.UniversalClient
+	opts     options
+	keys     keyspace
+	pub      string // PUBLISH, or SPUBLISH on Redis Cluster
+	ids      *snowflake.Node
+	rotor    atomic.Uint32             // where the next Pop starts looking
+	pushes   []*coalescer[pushArgs]    // see lane
+	calls    []*coalescer[*scriptCall] // see lane
+	reserves []*coalescer[*reserveCall]
+	finishes []*coalescer[*finishCall]
 
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
@@ -74,9 +77,10 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		q.pub = "SPUBLISH"
 		lanes = o.buckets
 	}
-	for range lanes {
-		q.pushes = append(q.pushes, &coalescer[pushArgs]{max: maxPushChunk, flush: q.flushPushes})
-	}
+	q.pushes = newLanes(lanes, maxPushChunk, q.flushPushes)
+	q.calls = newLanes(lanes, maxPipelinedCalls, q.flushCalls)
+	q.reserves = newLanes(lanes, maxPipelinedCalls, q.flushReserves)
+	q.finishes = newLanes(lanes, maxPipelinedCalls, q.flushFinishes)
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
 	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets).Int64Slice()
@@ -227,6 +231,9 @@ func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 	}
 	return job.ID, nil
 }
+
+// maxPipelinedCalls bounds how many script calls go in one pipeline.
+const maxPipelinedCalls = 256
 
 // maxPushChunk bounds how many jobs one push script call carries.
 const maxPushChunk = 1000

@@ -28,7 +28,7 @@ func newToken() string {
 // other processes' handlers that it is free. It reports whether it did.
 func (q *DelayQueue) unlock(ctx context.Context, b int, token string) (bool, error) {
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, scriptUnlock, []string{bk.lock}, token, bk.wake, q.pub).Int64()
+	r, err := q.run(ctx, b, scriptUnlock, []string{bk.lock}, token, bk.wake, q.pub).Int64()
 	if err != nil {
 		return false, fmt.Errorf("delayqueue: release lease of bucket %d: %w", b, err)
 	}

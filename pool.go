@@ -42,21 +42,29 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 	return q.finish(ctx, id, "")
 }
 
+// finishCall is one job to finish.
+type finishCall struct {
+	b      int
+	id     string
+	lease  any // "" for any reservation
+	status int64
+}
+
 // finish deletes a reserved job; with a lease, only while that reservation
 // holds, so that a consumer whose lease ran out leaves the job to the
 // consumer that has it now. It works on a closed queue, so that Consume can
-// settle the jobs its handlers finish after Close.
+// settle the jobs its handlers finish after Close. Concurrent calls share
+// script calls: one per bucket.
 func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
 	}
-	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, scriptFinish, []string{bk.pool, bk.zset}, id, lease).Int64()
-	if err != nil {
+	c := &finishCall{b: b, id: id, lease: lease}
+	if err := lane(q.finishes, b).do(ctx, c); err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
-	switch r {
+	switch c.status {
 	case 0:
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	case -1:
@@ -67,6 +75,42 @@ func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 	return nil
 }
 
+// flushFinishes finishes a batch of coalesced finish calls: one script call
+// per bucket, all in one pipeline.
+func (q *DelayQueue) flushFinishes(ctx context.Context, batch []*request[*finishCall]) {
+	groups := map[int][]*request[*finishCall]{}
+	var buckets []int
+	for _, r := range batch {
+		if groups[r.in.b] == nil {
+			buckets = append(buckets, r.in.b)
+		}
+		groups[r.in.b] = append(groups[r.in.b], r)
+	}
+	calls := make([]*scriptCall, len(buckets))
+	for i, b := range buckets {
+		bk := q.keys.bucket(b)
+		args := make([]any, 0, 2*len(groups[b]))
+		for _, r := range groups[b] {
+			args = append(args, r.in.id, r.in.lease)
+		}
+		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset}, args: args}
+	}
+	q.sendCalls(ctx, calls)
+	for i, b := range buckets {
+		res, err := calls[i].cmd.Int64Slice()
+		if err == nil && len(res) != len(groups[b]) {
+			err = fmt.Errorf("%d replies for %d jobs", len(res), len(groups[b]))
+		}
+		for j, r := range groups[b] {
+			if err != nil {
+				r.err = err
+			} else {
+				r.in.status = res[j]
+			}
+		}
+	}
+}
+
 // Remove cancels a job in any state: it will not be delivered (again). It
 // costs O(log n). It returns ErrNotFound when no such job exists.
 func (q *DelayQueue) Remove(ctx context.Context, id string) error {
@@ -75,7 +119,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix}, id).Int64()
+	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Each bucket keeps one ready list per topic. A consumer of a topic pops from
@@ -19,41 +21,98 @@ import (
 // staleSkips bounds how many stale IDs one reserve call drops.
 const staleSkips = 100
 
+// reserveStatus says why a reserve call got fewer jobs than it wanted.
 type reserveStatus int
 
 const (
-	reserved reserveStatus = iota
-	listEmpty
-	onlyStale // dropped staleSkips stale IDs; the list may hold more
+	listEmpty reserveStatus = iota
+	onlyStale               // dropped staleSkips stale IDs; the list may hold more
 )
 
-// reserve pops and reserves one ready job of topic from bucket b.
-func (q *DelayQueue) reserve(ctx context.Context, b int, topic string) (*Job, reserveStatus, error) {
-	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, scriptReserve, []string{bk.ready(topic), bk.pool, bk.zset, bk.leases},
-		bk.wake, q.pub, staleSkips, topic).Slice()
-	if err != nil {
-		return nil, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
+// reserveCall is one Pop's look at one bucket's ready list.
+type reserveCall struct {
+	b      int
+	topic  string
+	want   int
+	jobs   []*Job
+	status reserveStatus // when it got fewer jobs than it wanted
+}
+
+// reserve pops and reserves up to want ready jobs of topic from bucket b,
+// with why it got fewer. Pops that look at the same list at the same time
+// share one script call.
+func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want int) ([]*Job, reserveStatus, error) {
+	c := &reserveCall{b: b, topic: topic, want: want}
+	if err := lane(q.reserves, b).do(ctx, c); err != nil {
+		return nil, 0, err
 	}
-	if len(res) == 0 {
-		return nil, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: empty reply", topic, b)
+	return c.jobs, c.status, nil
+}
+
+// flushReserves reserves jobs for a batch of coalesced reserve calls: one
+// script call per list, all in one pipeline.
+func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserveCall]) {
+	type list struct {
+		b     int
+		topic string
 	}
-	switch res[0] {
-	case int64(0):
-		return nil, listEmpty, nil
-	case int64(2):
-		return nil, onlyStale, nil
+	groups := map[list][]*request[*reserveCall]{}
+	wants := map[list]int{}
+	var lists []list
+	for _, r := range batch {
+		l := list{r.in.b, r.in.topic}
+		if groups[l] == nil {
+			lists = append(lists, l)
+		}
+		groups[l] = append(groups[l], r)
+		wants[l] += r.in.want
 	}
-	if len(res) != 3 {
-		return nil, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: unexpected reply %v", topic, b, res)
+	calls := make([]*scriptCall, len(lists))
+	for i, l := range lists {
+		bk := q.keys.bucket(l.b)
+		calls[i] = &scriptCall{script: scriptReserve,
+			keys: []string{bk.ready(l.topic), bk.pool, bk.zset, bk.leases},
+			args: []any{bk.wake, q.pub, staleSkips, l.topic, wants[l]}}
 	}
-	id, _ := res[1].(string)
-	v, _ := res[2].(string)
-	job, err := decodeJob(id, []byte(v))
+	q.sendCalls(ctx, calls)
+	for i, l := range lists {
+		jobs, status, err := reserveResult(calls[i].cmd)
+		if err != nil {
+			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", l.topic, l.b, err)
+		}
+		for _, r := range groups[l] {
+			n := min(r.in.want, len(jobs))
+			r.in.jobs, jobs = jobs[:n:n], jobs[n:]
+			r.in.status, r.err = status, err
+		}
+	}
+}
+
+// reserveResult reads reserve.lua's reply: the jobs reserved, and whether
+// the list ran empty or held too many stale IDs.
+func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return nil, 0, err
 	}
-	return job, reserved, nil
+	if len(res)%2 != 1 {
+		return nil, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	status := listEmpty
+	if res[0] == int64(2) {
+		status = onlyStale
+	}
+	var jobs []*Job
+	for i := 1; i < len(res); i += 2 {
+		id, _ := res[i].(string)
+		v, _ := res[i+1].(string)
+		job, err := decodeJob(id, []byte(v))
+		if err != nil {
+			return nil, 0, err
+		}
+		jobs = append(jobs, job)
+	}
+	return jobs, status, nil
 }
 
 // Pop reserves the oldest ready job of topic, waiting up to timeout for one
@@ -64,6 +123,15 @@ func (q *DelayQueue) reserve(ctx context.Context, b int, topic string) (*Job, re
 // a bad topic. While it waits it sends Redis nothing: it is woken by the
 // handler that makes a job ready. It is safe for concurrent use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
+	jobs, err := q.pop(ctx, topic, 1, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// pop reserves from 1 to want ready jobs of topic, as Pop does one.
+func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout time.Duration) ([]*Job, error) {
 	if q.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -96,19 +164,25 @@ func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duratio
 	for {
 		buckets, versions := w.candidates(int(q.rotor.Add(1)%uint32(q.opts.buckets)), all, wt)
 		again := false
+		var got []*Job
 		for i, b := range buckets {
-			job, status, err := q.reserve(ctx, b, topic)
-			if err != nil {
+			jobs, status, err := q.reserve(ctx, b, topic, want-len(got))
+			got = append(got, jobs...)
+			switch {
+			case err != nil && len(got) > 0:
+				return got, nil // reserved: the caller owns them
+			case err != nil:
 				return nil, err
-			}
-			switch status {
-			case reserved:
-				return job, nil
-			case listEmpty:
+			case len(got) == want:
+				return got, nil
+			case status == listEmpty:
 				w.forget(b, versions[i])
-			case onlyStale:
+			case status == onlyStale:
 				again = true
 			}
+		}
+		if len(got) > 0 {
+			return got, nil
 		}
 		if again {
 			continue

@@ -2,8 +2,10 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,4 +199,74 @@ func commandCalls(t *testing.T, c redis.UniversalClient) map[string]int64 {
 		}
 	}
 	return calls
+}
+
+func TestReserveManyTakesEachJobOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		ids := []string{pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"})}
+		// An ID twice in the list (the trace of a script cut off half-way)
+		// must not give one job two reservations in one call.
+		require.NoError(t, be.client.RPush(ctx, q.keys.bucket(0).ready("t"), ids[1]).Err())
+		jobs, status, err := q.reserve(ctx, 0, "t", 10)
+		require.NoError(t, err)
+		assert.Equal(t, listEmpty, status)
+		require.Len(t, jobs, 3)
+		leases := map[int64]bool{}
+		for i, job := range jobs {
+			assert.Equal(t, ids[i], job.ID, "oldest first")
+			assert.Equal(t, StateReserved, job.State)
+			leases[job.lease] = true
+			got, err := q.Get(ctx, job.ID)
+			require.NoError(t, err)
+			assert.Equal(t, job.lease, got.lease, "the lease handed out is the one stored")
+		}
+		assert.Len(t, leases, 3, "every reservation has a lease of its own")
+		for _, job := range jobs {
+			require.NoError(t, q.finish(ctx, job.ID, job.lease))
+		}
+	})
+}
+
+func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(2))
+		const n = 200
+		jobs := make([]*Job, n)
+		for i := range jobs {
+			jobs[i] = &Job{Topic: "t"}
+		}
+		_, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for {
+					job, err := q.Pop(ctx, "t", 0)
+					if errors.Is(err, ErrNoJob) {
+						return
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+					assert.NoError(t, q.Finish(ctx, job.ID))
+					mu.Lock()
+					seen[job.ID]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		assert.Len(t, seen, n, "every job delivered")
+		for id, c := range seen {
+			assert.Equal(t, 1, c, "job %s delivered once", id)
+		}
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Zero(t, st.Jobs, "every job finished")
+	})
 }

@@ -104,7 +104,7 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 		return fmt.Errorf("%w: negative retry delay %v", ErrInvalidJob, delay)
 	}
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, scriptRetry,
+	res, err := q.run(ctx, b, scriptRetry,
 		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics},
 		job.ID, job.lease, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub,
 	).Int64Slice()
@@ -127,7 +127,7 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, scriptTouch, []string{bk.pool, bk.zset},
+	res, err := q.run(ctx, b, scriptTouch, []string{bk.pool, bk.zset},
 		job.ID, job.lease, 0, bk.wake, q.pub).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: touch %q: %w", job.ID, err)
@@ -157,7 +157,7 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, scriptRelease, []string{bk.pool, bk.zset, bk.readyPrefix},
+	r, err := q.run(ctx, b, scriptRelease, []string{bk.pool, bk.zset, bk.readyPrefix},
 		job.ID, job.lease, bk.readyChannels, q.pub).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
@@ -186,7 +186,7 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 		delayMs = -1
 	}
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
+	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
 		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)

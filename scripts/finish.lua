@@ -1,24 +1,40 @@
--- finish.lua: delete a reserved job: its work is done.
+-- finish.lua: delete reserved jobs: their work is done.
 -- KEYS[1] pool hash  KEYS[2] bucket zset
--- ARGV[1] job id  ARGV[2] lease the caller holds, or "" for any reservation
--- returns 1 finished, 0 no such job, -1 the job is not reserved, -2 the
--- caller's lease is gone (the job is not reserved under it)
+-- ARGV two values per job: job id, and the lease the caller holds or "" for
+-- any reservation
+-- returns one integer per job: 1 finished, 0 no such job, -1 the job is not
+-- reserved, -2 the caller's lease is gone (the job is not reserved under it)
 -- Running it twice finishes once; the second run finds no job. A consumer
 -- whose lease ran out can never bring a job back: the job is deleted or left
--- as it is.
+-- as it is. An ID given twice is finished by the first of its entries.
 
-local pool, bucket, id, lease = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local v = redis.call('HGET', pool, id)
-if not v then
-  return 0
+local pool, bucket = KEYS[1], KEYS[2]
+local ids = {}
+for i = 1, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
 end
-local job = decode(v)
-if lease ~= '' and (job.state ~= RESERVED or job.lease ~= tonumber(lease)) then
-  return -2
+local vs = redis.call('HMGET', pool, unpack(ids))
+local out, done = {}, {}
+for i, id in ipairs(ids) do
+  local lease, v = ARGV[2 * i], vs[i]
+  if not v or done[id] then
+    out[i] = 0
+  else
+    -- Only the header matters here: the state and the lease.
+    local state = byte(v, 1) % 8
+    if lease ~= '' and (state ~= RESERVED or read48(v, LEASE) ~= tonumber(lease)) then
+      out[i] = -2
+    elseif state ~= RESERVED then
+      out[i] = -1
+    else
+      out[i] = 1
+      done[id] = true
+      done[#done + 1] = id
+    end
+  end
 end
-if job.state ~= RESERVED then
-  return -1
+if #done > 0 then
+  redis.call('HDEL', pool, unpack(done))
+  redis.call('ZREM', bucket, unpack(done))
 end
-redis.call('HDEL', pool, id)
-redis.call('ZREM', bucket, id)
-return 1
+return out

@@ -43,15 +43,18 @@ local function u48(n)
     floor(lo / 65536), floor(lo / 256) % 256, lo % 256)
 end
 
--- at_of reads the at_ms field of an encoded job.
-local function at_of(v)
-  local a1, a2, a3, a4, a5, a6 = byte(v, 10, 15)
+-- Positions (from 1, as Lua counts) of the 6-byte fields.
+local AT, LEASE = 10, 16
+
+-- read48 reads the 6-byte number at position from of an encoded job.
+local function read48(v, from)
+  local a1, a2, a3, a4, a5, a6 = byte(v, from, from + 5)
   return ((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6
 end
 
 local function decode(v)
   local flags, t1, t2, m1, m2, r1, r2, r3, r4 = byte(v, 1, 9)
-  local l1, l2, l3, l4, l5, l6, tlen = byte(v, 16, 22)
+  local tlen = byte(v, 22)
   local pos, elen = HEADER + 1, 0
   if floor(flags / HAS_ERROR) % 2 == 1 then
     local e1, e2 = byte(v, 23, 24)
@@ -62,8 +65,8 @@ local function decode(v)
     attempts = t1 * 256 + t2,
     max = m1 * 256 + m2,
     ttr = ((r1 * 256 + r2) * 256 + r3) * 256 + r4,
-    at = at_of(v),
-    lease = ((((l1 * 256 + l2) * 256 + l3) * 256 + l4) * 256 + l5) * 256 + l6,
+    at = read48(v, AT),
+    lease = read48(v, LEASE),
     topic = sub(v, pos, pos + tlen - 1),
     err = sub(v, pos + tlen, pos + tlen + elen - 1),
     body = sub(v, pos + tlen + elen),

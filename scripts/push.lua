@@ -19,7 +19,7 @@ for i = 4, #ARGV, 3 do
   local id, delay, v = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local due
   if delay == '' then
-    due = at_of(v)
+    due = read48(v, AT)
   else
     due = due_ms(now, tonumber(delay))
     v = sub(v, 1, 9) .. u48(due) .. sub(v, 16)

@@ -1,43 +1,74 @@
--- reserve.lua: pop one ready job of a topic from one bucket and reserve it.
+-- reserve.lua: pop up to a count of ready jobs of a topic from one bucket and
+-- reserve them.
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] lease counter
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
--- ARGV[4] the list's topic
--- returns {1, id, job} when a job was reserved, {0} when the list is empty,
--- {2} when only stale IDs were found and the list may hold more.
+-- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
+-- returns {status, id, job, id, job, ...}: the jobs reserved, and status 1 when
+-- as many as asked were reserved, 0 when the list ran empty, 2 when the
+-- stale IDs dropped reached the limit and the list may hold more.
 -- An ID whose job was removed, is no longer ready, or is now a job of
 -- another topic (removed and pushed again) is dropped: it is the trace of a
--- job that left the ready state without leaving the list.
+-- job that left the ready state without leaving the list. So is an ID met
+-- twice: its first entry is reserved.
 -- Each reservation takes a new number from the bucket's counter as its
 -- lease, so no two reservations of one ID, even of a job removed and pushed
 -- again, ever share a lease.
 -- The reservation lasts the job's TTR: the job waits in the bucket, scored by
 -- its lease deadline, and is moved back to ready if not finished by then.
--- Running it twice reserves a second job; the first comes back after its TTR.
+-- Running it twice reserves more jobs; the first ones come back after their TTR.
 
 local ready, pool, bucket, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local want = tonumber(ARGV[5])
 
-local now
-for _ = 1, skips do
-  local id = redis.call('LPOP', ready)
-  if not id then
-    return {0}
+local found, jobs, seen = {}, {}, {}
+local status, stale = 1, 0
+while #found < want do
+  local asked = want - #found
+  local ids = redis.call('LPOP', ready, asked)
+  if not ids then
+    status = 0
+    break
   end
-  local v = redis.call('HGET', pool, id)
-  if v then
-    local job = decode(v)
-    if job.state == READY and job.topic == topic then
-      now = now_us()
-      job.state = RESERVED
-      job.attempts = job.attempts + 1
-      job.lease = redis.call('INCR', leases)
-      job.at = math.floor(now / 1000) + job.ttr
-      local enc = encode(job)
-      redis.call('HSET', pool, id, enc)
-      redis.call('ZADD', bucket, job.at, id)
-      wake_if_first(bucket, pub, wake, job.at, now)
-      return {1, id, enc}
+  local vs = redis.call('HMGET', pool, unpack(ids))
+  for i, id in ipairs(ids) do
+    local job = vs[i] and decode(vs[i])
+    if job and job.state == READY and job.topic == topic and not seen[id] then
+      seen[id] = true
+      found[#found + 1], jobs[#jobs + 1] = id, job
+    else
+      stale = stale + 1
     end
   end
+  if #ids < asked then
+    status = 0
+    break
+  end
+  if stale >= skips and #found < want then
+    status = 2
+    break
+  end
 end
-return {2}
+if #found == 0 then
+  return {status}
+end
+
+local now = now_us()
+local now_ms = floor(now / 1000)
+local lease = redis.call('INCRBY', leases, #found) - #found
+local out, fields, scores, first = {status}, {}, {}, nil
+for i, id in ipairs(found) do
+  local job = jobs[i]
+  job.state, job.attempts, job.lease, job.at = RESERVED, job.attempts + 1, lease + i, now_ms + job.ttr
+  local enc = encode(job)
+  fields[2 * i - 1], fields[2 * i] = id, enc
+  scores[2 * i - 1], scores[2 * i] = job.at, id
+  out[2 * i], out[2 * i + 1] = id, enc
+  if first == nil or job.at < first then
+    first = job.at
+  end
+end
+redis.call('HSET', pool, unpack(fields))
+redis.call('ZADD', bucket, unpack(scores))
+wake_if_first(bucket, pub, wake, first, now)
+return out
