@@ -100,8 +100,9 @@ type consumer struct {
 	running map[*Job]bool // jobs whose handlers run and that are still ours to settle
 }
 
-// fetch pops jobs while a handler slot is free, until ctx ends or the queue
-// closes.
+// fetch pops jobs while handler slots are free, until ctx ends or the queue
+// closes. It reserves as many jobs as slots are free, in one script call per
+// bucket, so that a busy consumer does not pay a round trip per job.
 func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) error {
 	slots := make(chan struct{}, concurrency)
 	failures := 0
@@ -112,9 +113,21 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		case <-ctx.Done():
 			return nil
 		}
-		job, err := c.q.Pop(ctx, topic, c.q.opts.poll)
-		if err != nil {
+		free := 1
+	more:
+		for free < concurrency {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+		jobs, err := c.q.pop(ctx, topic, free, c.q.opts.poll)
+		for range free - len(jobs) {
 			<-slots
+		}
+		if err != nil {
 			switch {
 			case errors.Is(err, ErrNoJob):
 				continue
@@ -139,13 +152,15 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 			continue
 		}
 		failures = 0
-		c.track(job, true)
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			defer func() { <-slots }()
-			c.run(job)
-		}()
+		for _, job := range jobs {
+			c.track(job, true)
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				defer func() { <-slots }()
+				c.run(job)
+			}()
+		}
 	}
 }
 

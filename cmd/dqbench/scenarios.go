@@ -18,7 +18,8 @@ var scenarios = []scenario{
 	{"s1", "push, single calls", pushSingle},
 	{"s1b", "push, PushMany of 100", pushBatched},
 	{"s2", "delivery lateness", lateness},
-	{"s3", "end to end, due now", endToEnd},
+	{"s3", "end to end, due now, Consume", endToEndConsume},
+	{"s3p", "end to end, due now, Pop and Finish", endToEndPop},
 	{"s4", "memory per pending job", memory},
 	{"s5", "idle cost", idle},
 	{"s6", "cost growth with pending jobs", growth},
@@ -221,9 +222,39 @@ func lateness(ctx context.Context, b *bench) (figures, error) {
 	}, nil
 }
 
-func endToEnd(ctx context.Context, b *bench) (figures, error) {
+// endToEndPop runs S3 through 16 goroutines calling Pop and Finish.
+func endToEndPop(ctx context.Context, b *bench) (figures, error) {
+	return b.endToEnd(ctx, "s3p", func(ctx context.Context, q *delayqueue.DelayQueue, n int, onJob func()) error {
+		return consumeAll(ctx, q, n, time.Minute, func(*delayqueue.Job, time.Time) { onJob() })
+	})
+}
+
+// endToEndConsume runs S3 through Consume with 16 handlers.
+func endToEndConsume(ctx context.Context, b *bench) (figures, error) {
+	return b.endToEnd(ctx, "s3", func(ctx context.Context, q *delayqueue.DelayQueue, n int, onJob func()) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		var got atomic.Int64
+		err := q.Consume(ctx, "bench", func(context.Context, *delayqueue.Job) error {
+			onJob()
+			if got.Add(1) == int64(n) {
+				cancel() // the last job: stop fetching; Consume finishes it
+			}
+			return nil
+		}, delayqueue.ConsumeOptions{Concurrency: workers})
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		return err
+	})
+}
+
+// endToEnd times n jobs due now from push to finish: 16 producers push
+// while consume takes them.
+func (b *bench) endToEnd(ctx context.Context, name string,
+	consume func(ctx context.Context, q *delayqueue.DelayQueue, n int, onJob func()) error) (figures, error) {
 	const n = 50_000
-	q, err := b.open("s3", delayqueue.WithDefaultTTR(time.Minute))
+	q, err := b.open(name, delayqueue.WithDefaultTTR(time.Minute))
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +275,7 @@ func endToEnd(ctx context.Context, b *bench) (figures, error) {
 		return err
 	})
 	g.Go(func() error {
-		return consumeAll(gctx, q, n, time.Minute, func(*delayqueue.Job, time.Time) { done.Add(1) })
+		return consume(gctx, q, n, func() { done.Add(1) })
 	})
 	if err := g.Wait(); err != nil {
 		return nil, err
