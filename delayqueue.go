@@ -47,8 +47,8 @@ const initTimeout = 10 * time.Second
 
 // New opens the queue in Redis through client, which may be a single server,
 // a Sentinel failover client or a Cluster client. It records the bucket count
-// on first use, and otherwise checks it: a disagreement returns
-// ErrBucketMismatch. Bad options return ErrInvalidOption. New talks to Redis
+// and the job encoding on first use, and otherwise checks them: a
+// disagreement returns ErrBucketMismatch or ErrFormatMismatch. Bad options return ErrInvalidOption. New talks to Redis
 // once, for at most 10 seconds, and starts no goroutine; the client is never
 // closed by the queue.
 func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
@@ -83,15 +83,18 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	q.finishes = newLanes(lanes, maxPipelinedCalls, q.flushFinishes)
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets).Int64Slice()
+	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets, jobFormat>>4).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return nil, fmt.Errorf("delayqueue: open queue %q: unexpected reply %v", o.name, res)
 	}
 	if int(res[0]) != o.buckets {
 		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], o.buckets)
+	}
+	if res[2] != jobFormat>>4 {
+		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormat>>4)
 	}
 	// Node numbers come from a counter in Redis, so two processes share one
 	// only after 1024 others opened the queue in between; and push.lua never

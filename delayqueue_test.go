@@ -53,6 +53,21 @@ func TestNewChecksTheStoredBucketCount(t *testing.T) {
 	})
 }
 
+func TestNewRefusesJobsOfAnotherEncoding(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		q := newQueue(t, be.client, WithName(name))
+		// A queue made before the encoding was recorded holds text-encoded
+		// jobs that this version would misread.
+		require.NoError(t, be.client.HDel(ctx, q.keys.meta(), "format").Err())
+		_, err := New(be.client, WithName(name))
+		assert.ErrorIs(t, err, ErrFormatMismatch)
+		require.NoError(t, be.client.HSet(ctx, q.keys.meta(), "format", 1).Err())
+		newQueue(t, be.client, WithName(name))
+	})
+}
+
 func TestNewReturnsRedisErrors(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()

@@ -53,7 +53,7 @@
 //	dq:{name:b}:lock           STRING  the lease of the bucket's handler
 //	dq:{name:b}:deadtopics     SET     topics with dead letters
 //	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
-//	dq:{name}:meta             HASH    bucket count, ID node counter
+//	dq:{name}:meta             HASH    bucket count, job encoding, ID node counter
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.

@@ -39,6 +39,10 @@ var (
 	// ErrBucketMismatch is returned by New when the queue's data in Redis was
 	// written with a different bucket count.
 	ErrBucketMismatch = errors.New("delayqueue: bucket count differs from the one stored in Redis")
+	// ErrFormatMismatch is returned by New when the queue's jobs in Redis
+	// were written by a version of this package that encodes jobs
+	// differently: drain the queue with that version, or use another name.
+	ErrFormatMismatch = errors.New("delayqueue: jobs in Redis are encoded by another version")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("delayqueue: queue closed")
 	// ErrStarted is returned by Start when the queue was started already.

@@ -24,7 +24,7 @@ import (
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
-//	dq:{name}:meta             HASH  bucket count and node sequence of the queue
+//	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
 // Each bucket also has pub/sub channels under its tag. On Redis Cluster the
 // scripts publish to them with SPUBLISH, so a wake-up stays on the shard that

@@ -21,12 +21,17 @@ import (
 // staleSkips bounds how many stale IDs one reserve call drops.
 const staleSkips = 100
 
-// reserveStatus says why a reserve call got fewer jobs than it wanted.
+// maxReserve bounds how many jobs one reserve call reserves: a script
+// unpacks two values per job, and Redis's Lua unpacks at most 8,000.
+const maxReserve = 256
+
+// reserveStatus says how a reserve call ended.
 type reserveStatus int
 
 const (
-	listEmpty reserveStatus = iota
-	onlyStale               // dropped staleSkips stale IDs; the list may hold more
+	filled    reserveStatus = iota // it got every job it asked for
+	listEmpty                      // it emptied the list
+	onlyStale                      // it dropped staleSkips stale IDs; the list may hold more
 )
 
 // reserveCall is one Pop's look at one bucket's ready list.
@@ -35,7 +40,7 @@ type reserveCall struct {
 	topic  string
 	want   int
 	jobs   []*Job
-	status reserveStatus // when it got fewer jobs than it wanted
+	status reserveStatus
 }
 
 // reserve pops and reserves up to want ready jobs of topic from bucket b,
@@ -56,31 +61,40 @@ func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserv
 		b     int
 		topic string
 	}
-	groups := map[list][]*request[*reserveCall]{}
-	wants := map[list]int{}
-	var lists []list
+	// One call per list, or more when the requests want more than
+	// maxReserve jobs together (each wants at most maxReserve).
+	type group struct {
+		list
+		want int
+		reqs []*request[*reserveCall]
+	}
+	var groups []*group
+	open := map[list]*group{}
 	for _, r := range batch {
 		l := list{r.in.b, r.in.topic}
-		if groups[l] == nil {
-			lists = append(lists, l)
+		g := open[l]
+		if g == nil || g.want+r.in.want > maxReserve {
+			g = &group{list: l}
+			open[l] = g
+			groups = append(groups, g)
 		}
-		groups[l] = append(groups[l], r)
-		wants[l] += r.in.want
+		g.want += r.in.want
+		g.reqs = append(g.reqs, r)
 	}
-	calls := make([]*scriptCall, len(lists))
-	for i, l := range lists {
-		bk := q.keys.bucket(l.b)
+	calls := make([]*scriptCall, len(groups))
+	for i, g := range groups {
+		bk := q.keys.bucket(g.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys: []string{bk.ready(l.topic), bk.pool, bk.zset, bk.leases},
-			args: []any{bk.wake, q.pub, staleSkips, l.topic, wants[l]}}
+			keys: []string{bk.ready(g.topic), bk.pool, bk.zset, bk.leases},
+			args: []any{bk.wake, q.pub, staleSkips, g.topic, g.want}}
 	}
 	q.sendCalls(ctx, calls)
-	for i, l := range lists {
+	for i, g := range groups {
 		jobs, status, err := reserveResult(calls[i].cmd)
 		if err != nil {
-			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", l.topic, l.b, err)
+			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.topic, g.b, err)
 		}
-		for _, r := range groups[l] {
+		for _, r := range g.reqs {
 			n := min(r.in.want, len(jobs))
 			r.in.jobs, jobs = jobs[:n:n], jobs[n:]
 			r.in.status, r.err = status, err
@@ -88,8 +102,8 @@ func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserv
 	}
 }
 
-// reserveResult reads reserve.lua's reply: the jobs reserved, and whether
-// the list ran empty or held too many stale IDs.
+// reserveResult reads reserve.lua's reply: the jobs reserved, and how the
+// call ended.
 func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 	res, err := cmd.Slice()
 	if err != nil {
@@ -98,9 +112,16 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 	if len(res)%2 != 1 {
 		return nil, 0, fmt.Errorf("unexpected reply %v", res)
 	}
-	status := listEmpty
-	if res[0] == int64(2) {
+	var status reserveStatus
+	switch res[0] {
+	case int64(1):
+		status = filled
+	case int64(0):
+		status = listEmpty
+	case int64(2):
 		status = onlyStale
+	default:
+		return nil, 0, fmt.Errorf("unexpected status %v", res[0])
 	}
 	var jobs []*Job
 	for i := 1; i < len(res); i += 2 {
@@ -166,11 +187,15 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		again := false
 		var got []*Job
 		for i, b := range buckets {
-			jobs, status, err := q.reserve(ctx, b, topic, want-len(got))
+			jobs, status, err := q.reserve(ctx, b, topic, min(want-len(got), maxReserve))
 			got = append(got, jobs...)
 			switch {
 			case err != nil && len(got) > 0:
-				return got, nil // reserved: the caller owns them
+				// The jobs are reserved and the caller owns them; the
+				// error is logged here and met again on its next pop.
+				q.opts.logger.Warn("delayqueue: cannot pop from a bucket; returning the jobs reserved so far",
+					attrTopic, topic, attrBucket, b, attrError, err)
+				return got, nil
 			case err != nil:
 				return nil, err
 			case len(got) == want:

@@ -234,12 +234,7 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(2))
 		const n = 200
-		jobs := make([]*Job, n)
-		for i := range jobs {
-			jobs[i] = &Job{Topic: "t"}
-		}
-		_, err := q.PushMany(ctx, jobs)
-		require.NoError(t, err)
+		pushNow(t, q, n)
 		var mu sync.Mutex
 		seen := map[string]int{}
 		var wg sync.WaitGroup
@@ -269,4 +264,46 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, st.Jobs, "every job finished")
 	})
+}
+
+func TestPopsOfManyJobsStayWithinAScriptsLimits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		// Redis's Lua unpacks at most 8,000 values: a reserve call for
+		// thousands of jobs must be split, never fail half-way.
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		const n = 5000
+		pushNow(t, q, n)
+		got, err := q.pop(ctx, "t", n, 0)
+		require.NoError(t, err)
+		assert.Len(t, got, maxReserve, "one call reserves at most maxReserve jobs")
+		var mu sync.Mutex
+		taken := len(got)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { // coalesced calls that want more than one call may take
+				got, err := q.pop(ctx, "t", 2000, 0)
+				assert.NoError(t, err)
+				mu.Lock()
+				taken += len(got)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, n-taken, st.Ready, "every ID not reserved is still in the ready list")
+		assert.Equal(t, taken, st.Scheduled, "every job reserved waits for its lease deadline")
+	})
+}
+
+// pushNow pushes n jobs of topic "t", due now, with PushMany.
+func pushNow(t testing.TB, q *DelayQueue, n int) {
+	t.Helper()
+	jobs := make([]*Job, n)
+	for i := range jobs {
+		jobs[i] = &Job{Topic: "t"}
+	}
+	_, err := q.PushMany(context.Background(), jobs)
+	require.NoError(t, err)
 }

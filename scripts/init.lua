@@ -1,9 +1,13 @@
--- init.lua: record a queue's bucket count on first use and hand out a node
--- number for job IDs.
+-- init.lua: record a queue's bucket count and job encoding on first use, and
+-- hand out a node number for job IDs.
 -- KEYS[1] queue meta hash
--- ARGV[1] bucket count the caller expects
--- returns {stored bucket count, node sequence}: the stored count is the
--- caller's when the queue is new.
+-- ARGV[1] bucket count the caller expects  ARGV[2] job encoding it writes
+-- returns {stored bucket count, node sequence, stored encoding}: the stored
+-- values are the caller's when the queue is new. A queue created before
+-- the encoding was recorded has encoding 0.
 
-redis.call('HSETNX', KEYS[1], 'buckets', ARGV[1])
-return {tonumber(redis.call('HGET', KEYS[1], 'buckets')), redis.call('HINCRBY', KEYS[1], 'nodes', 1)}
+if redis.call('HSETNX', KEYS[1], 'buckets', ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'format', ARGV[2])
+end
+local format = tonumber(redis.call('HGET', KEYS[1], 'format') or '0')
+return {tonumber(redis.call('HGET', KEYS[1], 'buckets')), redis.call('HINCRBY', KEYS[1], 'nodes', 1), format}

@@ -19,25 +19,28 @@
 
 local ready, pool, bucket, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local want = tonumber(ARGV[5])
+-- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
+-- maxReserve (ready.go), and the script never takes more than 1,000.
+local want = math.min(tonumber(ARGV[5]), 1000)
 
+-- The IDs are read first and trimmed off the list last, after the jobs are
+-- written: a script that fails half-way leaves the list as it was.
 local found, jobs, seen = {}, {}, {}
-local status, stale = 1, 0
+local status, stale, taken = 1, 0, 0
 while #found < want do
   local asked = want - #found
-  local ids = redis.call('LPOP', ready, asked)
-  if not ids then
-    status = 0
-    break
-  end
-  local vs = redis.call('HMGET', pool, unpack(ids))
-  for i, id in ipairs(ids) do
-    local job = vs[i] and decode(vs[i])
-    if job and job.state == READY and job.topic == topic and not seen[id] then
-      seen[id] = true
-      found[#found + 1], jobs[#jobs + 1] = id, job
-    else
-      stale = stale + 1
+  local ids = redis.call('LRANGE', ready, taken, taken + asked - 1)
+  taken = taken + #ids
+  if #ids > 0 then
+    local vs = redis.call('HMGET', pool, unpack(ids))
+    for i, id in ipairs(ids) do
+      local job = vs[i] and decode(vs[i])
+      if job and job.state == READY and job.topic == topic and not seen[id] then
+        seen[id] = true
+        found[#found + 1], jobs[#jobs + 1] = id, job
+      else
+        stale = stale + 1
+      end
     end
   end
   if #ids < asked then
@@ -50,6 +53,9 @@ while #found < want do
   end
 end
 if #found == 0 then
+  if taken > 0 then
+    redis.call('LTRIM', ready, taken, -1)
+  end
   return {status}
 end
 
@@ -70,5 +76,6 @@ for i, id in ipairs(found) do
 end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
+redis.call('LTRIM', ready, taken, -1)
 wake_if_first(bucket, pub, wake, first, now)
 return out
