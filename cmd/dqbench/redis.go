@@ -23,7 +23,7 @@ var scriptCommands = map[string]bool{
 	"time": true, "get": true, "set": true, "del": true, "pexpire": true, "pttl": true,
 	"hget": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
 	"zadd": true, "zrem": true, "zrange": true, "zrangebyscore": true, "zcard": true,
-	"rpush": true, "lpop": true, "publish": true, "hmget": true, "incrby": true, "zremrangebyrank": true, "spublish": true,
+	"rpush": true, "lpop": true, "publish": true, "hmget": true, "incrby": true, "zremrangebyrank": true, "spublish": true, "lrange": true, "ltrim": true,
 }
 
 // commandCount splits INFO commandstats into the commands clients sent and
