@@ -12,41 +12,61 @@ local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
 
 local now = now_us()
 local now_ms = floor(now / 1000)
-local created, first_due = {}, nil
+local created, dues = {}, {}
 local ready_count, topics = {}, {}
 
+-- Jobs due already go to their topic's ready list first: the list may be a
+-- key this script was not given, whose write can fail (see job.lua); the
+-- jobs for later touch only the script's own keys afterwards, with one ZADD.
 for i = 4, #ARGV, 3 do
+  local n = (i - 1) / 3
   local id, delay, v = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local due
   if delay == '' then
     due = read48(v, AT)
   else
     due = due_ms(now, tonumber(delay))
-    v = sub(v, 1, 9) .. u48(due) .. sub(v, 16)
   end
+  dues[n] = due
   if due > now_ms then
-    -- The bucket is one of this script's keys: no write order to keep.
-    local new = redis.call('HSETNX', pool, id, v)
-    if new == 1 then
-      redis.call('ZADD', bucket, due, id)
-      if first_due == nil or due < first_due then
-        first_due = due
-      end
-    end
-    created[#created + 1] = new
+    -- for later, below
   elseif redis.call('HEXISTS', pool, id) == 1 then
-    created[#created + 1] = 0
+    created[n] = 0
   else
     local topic = sub(v, HEADER + 1, HEADER + byte(v, HEADER))
-    redis.call('RPUSH', ready_prefix .. topic, id) -- first: see job.lua
+    redis.call('RPUSH', ready_prefix .. topic, id)
     redis.call('HSET', pool, id, char(FORMAT + READY) .. sub(v, 2, 9) .. u48(now_ms) .. sub(v, 16))
     if not ready_count[topic] then
       ready_count[topic] = 0
       topics[#topics + 1] = topic
     end
     ready_count[topic] = ready_count[topic] + 1
-    created[#created + 1] = 1
+    created[n] = 1
   end
+end
+
+local scores, first_due = {}, nil
+for i = 4, #ARGV, 3 do
+  local n = (i - 1) / 3
+  local due = dues[n]
+  if due > now_ms then
+    local id, v = ARGV[i], ARGV[i + 2]
+    if ARGV[i + 1] ~= '' then
+      v = sub(v, 1, 9) .. u48(due) .. sub(v, 16)
+    end
+    created[n] = redis.call('HSETNX', pool, id, v)
+    if created[n] == 1 then
+      scores[#scores + 1] = due
+      scores[#scores + 1] = id
+      if first_due == nil or due < first_due then
+        first_due = due
+      end
+    end
+  end
+end
+if #scores > 0 then
+  -- At most 2,000 values (maxPushChunk jobs): within what Lua unpacks.
+  redis.call('ZADD', bucket, unpack(scores))
 end
 
 -- Wake as many consumers of each topic as jobs became ready.
