@@ -104,6 +104,13 @@ type moveResult struct {
 	held time.Duration
 	// contended is true when another process holds the lease.
 	contended bool
+	// ready counts the jobs that became ready, per topic.
+	ready []topicCount
+}
+
+type topicCount struct {
+	topic string
+	count int
 }
 
 // moveDue moves up to a batch of due jobs of bucket b to their ready lists
@@ -111,13 +118,18 @@ type moveResult struct {
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics}
-	res, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub).Int64Slice()
+	reply, err := q.run(ctx, b, scriptMove, keys,
+		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}
-	if len(res) != 2 {
-		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, res)
+	var res [2]int64
+	ok := len(reply) >= 2 && len(reply)%2 == 0
+	for i := 0; ok && i < 2; i++ {
+		res[i], ok = reply[i].(int64)
+	}
+	if !ok {
+		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, reply)
 	}
 	if res[0] < 0 {
 		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
@@ -125,6 +137,11 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResu
 	r := moveResult{moved: int(res[0]), next: -1}
 	if res[1] >= 0 {
 		r.next = time.Duration(res[1]) * time.Microsecond
+	}
+	for i := 2; i+1 < len(reply); i += 2 {
+		topic, _ := reply[i].(string)
+		count, _ := reply[i+1].(int64)
+		r.ready = append(r.ready, topicCount{topic, int(count)})
 	}
 	return r, nil
 }

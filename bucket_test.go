@@ -123,7 +123,18 @@ func TestMoveDue(t *testing.T) {
 			ids := tc.seed(t, q, advance)
 			res, err := q.moveDue(ctx, 0, "token")
 			require.NoError(t, err)
-			assert.Equal(t, moveResult{moved: tc.moved, next: tc.next}, res)
+			assert.Equal(t, tc.moved, res.moved)
+			assert.Equal(t, tc.next, res.next)
+			made := 0
+			for _, r := range res.ready {
+				assert.Equal(t, "t", r.topic)
+				made += r.count
+			}
+			if tc.wantState == StateReady {
+				assert.Equal(t, tc.moved, made, "the reply counts the jobs made ready")
+			} else {
+				assert.Zero(t, made)
+			}
 			for _, id := range ids {
 				job, err := q.Get(ctx, id)
 				require.NoError(t, err)

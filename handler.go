@@ -106,6 +106,9 @@ func (h *handler) step(ctx context.Context) time.Duration {
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
 	}
+	// Wake this process's consumers now, not a pub/sub round trip later;
+	// the notifier skips the message that says the same.
+	h.q.notifyReady(h.b, res.ready)
 	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
 		h.trimmed = time.Now()
 		if n, err := h.q.trimDead(ctx, h.b); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -348,11 +349,37 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	case resync:
 		w.notify(r.bucket, math.MaxInt32)
 	default:
+		payload, from, _ := strings.Cut(payload, ":")
+		if from != "" && h != nil && from == h.token {
+			return // this process's handler moved the jobs, and woke its consumers
+		}
 		count, err := strconv.Atoi(payload)
 		if err != nil {
 			count = 1
 		}
 		w.notify(r.bucket, count)
+	}
+}
+
+// notifyReady wakes this process's consumers for jobs that became ready in
+// bucket b.
+func (q *DelayQueue) notifyReady(b int, ready []topicCount) {
+	if len(ready) == 0 {
+		return
+	}
+	q.mu.Lock()
+	n := q.notes
+	q.mu.Unlock()
+	if n == nil {
+		return // nobody here pops
+	}
+	for _, r := range ready {
+		n.mu.Lock()
+		w := n.topics[r.topic]
+		n.mu.Unlock()
+		if w != nil {
+			w.notify(b, r.count)
+		}
 	}
 }
 

@@ -307,3 +307,32 @@ func pushNow(t testing.TB, q *DelayQueue, n int) {
 	_, err := q.PushMany(context.Background(), jobs)
 	require.NoError(t, err)
 }
+
+func TestNotifierSkipsTheWakeUpOfItsOwnMove(t *testing.T) {
+	ctx := context.Background()
+	q := newQueue(t, miniredisClient(t), WithBuckets(1), WithSafetyPoll(time.Hour))
+	startQueue(t, q)
+	n, err := q.notifier(ctx)
+	require.NoError(t, err)
+	w, err := n.watch(ctx, "t")
+	require.NoError(t, err)
+	wt := newWaiter()
+	w.candidates(0, false, wt)
+	defer w.leave(wt)
+	channel := q.keys.bucket(0).readyChannels + "t"
+
+	// The handler of this process moved the jobs and woke its consumers
+	// from the script's reply: its own message must not wake more.
+	n.dispatch(channel, "1:"+q.handlers[0].token, false)
+	select {
+	case <-wt.wake:
+		t.Fatal("woken by this process's own move")
+	default:
+	}
+	n.dispatch(channel, "1:another-process", false)
+	select {
+	case <-wt.wake:
+	default:
+		t.Fatal("not woken by another process's move")
+	}
+}

@@ -5,8 +5,12 @@
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] publish command
--- returns {moved, next_due_in_us or -1}, or {-1, lease_ttl_ms} when another
--- token holds the lease.
+-- returns {moved, next_due_in_us or -1, topic, count, topic, count, ...}
+-- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
+-- another token holds the lease.
+-- The ready wake-ups carry the token ("count:token"), so that the process
+-- that moved the jobs, which wakes its own consumers from the reply, can
+-- skip its own message.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call. An ID whose job is no
@@ -59,12 +63,14 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', bucket, 0, #ids - 1)
 end
 -- Wake as many consumers of each topic as jobs became ready.
+local out = {#ids, -1}
 for _, topic in ipairs(topics) do
-  redis.call(pub, ready_channel .. topic, ready_count[topic])
+  redis.call(pub, ready_channel .. topic, ready_count[topic] .. ':' .. token)
+  out[#out + 1], out[#out + 2] = topic, ready_count[topic]
 end
 
 local next_due = earliest(bucket)
-if next_due == nil then
-  return {#ids, -1}
+if next_due ~= nil then
+  out[2] = math.max(0, next_due * 1000 - now)
 end
-return {#ids, math.max(0, next_due * 1000 - now)}
+return out
