@@ -196,6 +196,28 @@ func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {
 	})
 }
 
+func TestPushManyKeepsTheFirstOfTwoJobsWithOneID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		for _, delay := range []time.Duration{0, time.Hour} { // due now, and later
+			id := "twice-" + delay.String()
+			_, err := q.PushMany(ctx, []*Job{
+				{ID: id, Topic: "t", Body: []byte("first"), Delay: delay},
+				{ID: id, Topic: "t", Body: []byte("second"), Delay: delay},
+			})
+			require.NoError(t, err)
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, "first", string(job.Body), "delay %v", delay)
+		}
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Jobs)
+		assert.Equal(t, 1, st.Ready, "one ID in the ready list, not two")
+	})
+}
+
 func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
