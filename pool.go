@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,15 +20,35 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := q.client.HGet(ctx, q.keys.bucket(b).pool, id).Bytes()
-	q.noteError(ctx, err)
+	// A delayed job's due time is its score in the bucket (job.lua): read
+	// both at once.
+	bk := q.keys.bucket(b)
+	var value *redis.StringCmd
+	var score *redis.FloatCmd
+	_, err = q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		value = p.HGet(ctx, bk.pool, id)
+		score = p.ZScore(ctx, bk.zset, id)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		q.noteError(ctx, err)
+		return nil, fmt.Errorf("delayqueue: get %q: %w", id, err)
+	}
+	v, err := value.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: get %q: %w", id, err)
 	}
-	return decodeJob(id, v)
+	job, err := decodeJob(id, v)
+	if err != nil {
+		return nil, err
+	}
+	if due, err := score.Result(); err == nil && job.State == StateDelayed {
+		job.RunAt = time.UnixMilli(int64(due))
+	}
+	return job, nil
 }
 
 // Finish marks a reserved job done and deletes it. It returns ErrNotFound

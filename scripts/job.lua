@@ -14,9 +14,10 @@
 --   topic, last error, body (the rest: any bytes)
 -- lease counts reservations: a consumer proves it still holds the job by the
 -- lease it was given.
--- at_ms is the job's score in its bucket while it is there (due time when
--- delayed, lease deadline when reserved) and the time it became ready or dead
--- otherwise.
+-- at_ms is the lease deadline of a reserved job (its score in its bucket),
+-- and the time a ready or dead job became so. A delayed job's due time is
+-- its score in its bucket; its at_ms is not read (push.lua leaves it 0 for a
+-- job pushed with a delay, sparing a copy of the job).
 -- The layout keeps a job of a short topic and a 128-byte body within one
 -- 160-byte allocation of Redis's allocator. job.go decodes it and writes the
 -- header push.lua splices.

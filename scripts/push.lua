@@ -3,7 +3,8 @@
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
 -- ARGV[4..] three values per job:
 --   id, delay_ms ("" when the job's at_ms holds its due time), and the job
---   encoded as a delayed job (job.lua), with no attempts, lease or error
+--   encoded as a delayed job (job.lua), with no attempts, lease or error,
+--   and at_ms 0 when a delay is given
 -- returns one integer per job: 1 created, 0 the ID existed already
 -- Running it twice creates nothing new: the second run finds every ID.
 
@@ -50,10 +51,9 @@ for i = 4, #ARGV, 3 do
   local n = (i - 1) / 3
   local due = dues[n]
   if due > now_ms then
+    -- Stored as the client encoded it: a delayed job's due time is its
+    -- score, and its at_ms is not read (see job.lua).
     local id, v = ARGV[i], ARGV[i + 2]
-    if ARGV[i + 1] ~= '' then
-      v = sub(v, 1, 9) .. u48(due) .. sub(v, 16)
-    end
     created[n] = redis.call('HSETNX', pool, id, v)
     if created[n] == 1 then
       scores[#scores + 1] = due
