@@ -22,10 +22,14 @@ func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, 
 	return pushResult(b, len(jobs), q.run(ctx, b, scriptPush, keys, args...))
 }
 
-// pushBuckets pushes groups of jobs by bucket: one script call per bucket
-// and chunk, all in one pipeline (one round trip per node). It returns the
+// pushBuckets pushes jobs with one script call per bucket they fall in and
+// chunk, all in one pipeline (one round trip per node). It returns the
 // error of each bucket that failed; nil when all succeeded.
-func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArgs) map[int]error {
+func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []pushArgs) map[int]error {
+	byBucket := map[int][]pushArgs{}
+	for _, j := range jobs {
+		byBucket[j.bucket] = append(byBucket[j.bucket], j)
+	}
 	type push struct {
 		b    int
 		jobs []pushArgs
@@ -56,11 +60,11 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, byBucket map[int][]pushArg
 
 // flushPushes pushes a batch of concurrent Push calls, coalesced.
 func (q *DelayQueue) flushPushes(ctx context.Context, batch []*request[pushArgs]) {
-	byBucket := map[int][]pushArgs{}
-	for _, r := range batch {
-		byBucket[r.in.bucket] = append(byBucket[r.in.bucket], r.in)
+	jobs := make([]pushArgs, len(batch))
+	for i, r := range batch {
+		jobs[i] = r.in
 	}
-	errs := q.pushBuckets(ctx, byBucket)
+	errs := q.pushBuckets(ctx, jobs)
 	for _, r := range batch {
 		r.err = errs[r.in.bucket]
 	}

@@ -119,3 +119,30 @@ func (c *coalescer[T]) send(ctx context.Context, batch []*request[T]) error {
 	}
 	return batch[0].err
 }
+
+// A callGroup is the requests of a batch that go in one script call.
+type callGroup[T any, K comparable] struct {
+	key  K
+	size int
+	reqs []*request[T]
+}
+
+// groupBatch splits a batch into groups by key, in order of first
+// appearance, and starts another group for a key when the next request
+// would take its group past limit in total size.
+func groupBatch[T any, K comparable](batch []*request[T], key func(T) K, size func(T) int, limit int) []*callGroup[T, K] {
+	var groups []*callGroup[T, K]
+	open := map[K]*callGroup[T, K]{}
+	for _, r := range batch {
+		k, n := key(r.in), size(r.in)
+		g := open[k]
+		if g == nil || g.size+n > limit {
+			g = &callGroup[T, K]{key: k}
+			open[k] = g
+			groups = append(groups, g)
+		}
+		g.size += n
+		g.reqs = append(g.reqs, r)
+	}
+	return groups
+}

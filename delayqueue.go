@@ -261,13 +261,11 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 		args[i] = a
 	}
 	ids := make([]string, len(jobs))
-	byBucket := map[int][]pushArgs{}
 	for i, job := range jobs {
 		q.assignID(job, &args[i])
 		ids[i] = job.ID
-		byBucket[args[i].bucket] = append(byBucket[args[i].bucket], args[i])
 	}
-	if errs := q.pushBuckets(ctx, byBucket); errs != nil {
+	if errs := q.pushBuckets(ctx, args); errs != nil {
 		for _, a := range args {
 			if err := errs[a.bucket]; err != nil {
 				return nil, err

@@ -99,30 +99,25 @@ func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 // flushFinishes finishes a batch of coalesced finish calls: one script call
 // per bucket, all in one pipeline.
 func (q *DelayQueue) flushFinishes(ctx context.Context, batch []*request[*finishCall]) {
-	groups := map[int][]*request[*finishCall]{}
-	var buckets []int
-	for _, r := range batch {
-		if groups[r.in.b] == nil {
-			buckets = append(buckets, r.in.b)
-		}
-		groups[r.in.b] = append(groups[r.in.b], r)
-	}
-	calls := make([]*scriptCall, len(buckets))
-	for i, b := range buckets {
-		bk := q.keys.bucket(b)
-		args := make([]any, 0, 2*len(groups[b]))
-		for _, r := range groups[b] {
+	groups := groupBatch(batch,
+		func(c *finishCall) int { return c.b },
+		func(*finishCall) int { return 1 }, maxPipelinedCalls)
+	calls := make([]*scriptCall, len(groups))
+	for i, g := range groups {
+		bk := q.keys.bucket(g.key)
+		args := make([]any, 0, 2*len(g.reqs))
+		for _, r := range g.reqs {
 			args = append(args, r.in.id, r.in.lease)
 		}
 		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset}, args: args}
 	}
 	q.sendCalls(ctx, calls)
-	for i, b := range buckets {
+	for i, g := range groups {
 		res, err := calls[i].cmd.Int64Slice()
-		if err == nil && len(res) != len(groups[b]) {
-			err = fmt.Errorf("%d replies for %d jobs", len(res), len(groups[b]))
+		if err == nil && len(res) != len(g.reqs) {
+			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.reqs))
 		}
-		for j, r := range groups[b] {
+		for j, r := range g.reqs {
 			if err != nil {
 				r.err = err
 			} else {

@@ -63,36 +63,21 @@ func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserv
 	}
 	// One call per list, or more when the requests want more than
 	// maxReserve jobs together (each wants at most maxReserve).
-	type group struct {
-		list
-		want int
-		reqs []*request[*reserveCall]
-	}
-	var groups []*group
-	open := map[list]*group{}
-	for _, r := range batch {
-		l := list{r.in.b, r.in.topic}
-		g := open[l]
-		if g == nil || g.want+r.in.want > maxReserve {
-			g = &group{list: l}
-			open[l] = g
-			groups = append(groups, g)
-		}
-		g.want += r.in.want
-		g.reqs = append(g.reqs, r)
-	}
+	groups := groupBatch(batch,
+		func(c *reserveCall) list { return list{c.b, c.topic} },
+		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
 	for i, g := range groups {
-		bk := q.keys.bucket(g.b)
+		bk := q.keys.bucket(g.key.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys: []string{bk.ready(g.topic), bk.pool, bk.zset, bk.leases},
-			args: []any{bk.wake, q.pub, staleSkips, g.topic, g.want}}
+			keys: []string{bk.ready(g.key.topic), bk.pool, bk.zset, bk.leases},
+			args: []any{bk.wake, q.pub, staleSkips, g.key.topic, g.size}}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
 		jobs, status, err := reserveResult(calls[i].cmd)
 		if err != nil {
-			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.topic, g.b, err)
+			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.key.topic, g.key.b, err)
 		}
 		for _, r := range g.reqs {
 			n := min(r.in.want, len(jobs))
