@@ -194,14 +194,20 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 var maxRunAt = time.UnixMilli(1<<48 - 1)
 
 // runAtMs is an absolute due time in Unix milliseconds, rounded up; a time
-// before 1970 is due now all the same. It returns an error matching
+// before 1970 is due now all the same (its Unix milliseconds are not even
+// defined 292 million years out). It returns an error matching
 // ErrInvalidJob after maxRunAt (the year 10889).
 func runAtMs(t time.Time) (int64, error) {
-	if t.After(maxRunAt) {
+	switch {
+	case t.After(maxRunAt):
 		return 0, fmt.Errorf("%w: RunAt %v after %v", ErrInvalidJob, t, maxRunAt)
+	case !t.After(unixEpoch):
+		return 0, nil
 	}
-	return max(unixMsUp(t), 0), nil
+	return unixMsUp(t), nil
 }
+
+var unixEpoch = time.Unix(0, 0)
 
 // unixMsUp is t in Unix milliseconds, rounded up so that a job is never due
 // early.
@@ -214,8 +220,15 @@ func unixMsUp(t time.Time) int64 {
 }
 
 // ceilMs rounds up to whole milliseconds, so that a job is never due early.
+// It cannot overflow: the largest Duration is 9.2e12 ms, which the scripts
+// add to the server's clock exactly (below 2^53) and which, added to any
+// time before the year 2262, stays below the 2^48 ms that at_ms holds.
 func ceilMs(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
 }
 
 // bucketOf maps a job ID to its bucket. It depends on the ID alone, so every

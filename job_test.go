@@ -2,10 +2,14 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -107,4 +111,136 @@ func TestBucketOfIsStable(t *testing.T) {
 	assert.Equal(t, 0, bucketOf("42", 8))
 	assert.Equal(t, 7, bucketOf("order-1", 8))
 	assert.Equal(t, 0, bucketOf("anything", 1))
+}
+
+// FuzzDueTimesAreNeverEarly pushes, retries and reschedules with any
+// duration and time, on a server clock held still, and checks that each
+// call is refused with ErrInvalidJob or makes the job due no earlier than
+// asked: no input wraps around into "due now".
+func FuzzDueTimesAreNeverEarly(f *testing.F) {
+	for _, d := range []int64{0, 1, 999_999, 1_000_001, math.MaxInt64, math.MaxInt64 - 1, math.MinInt64, -1} {
+		for op := range uint8(5) {
+			f.Add(op, d, int64(0), int64(0))
+		}
+	}
+	for _, sec := range []int64{0, -1, 253402300799 /* 9999-12-31 */, maxRunAt.Unix(), maxRunAt.Unix() + 1, math.MaxInt64, math.MinInt64} {
+		f.Add(uint8(1), int64(0), sec, int64(999_999_999))
+		f.Add(uint8(4), int64(0), sec, int64(1))
+	}
+	m := miniredis.NewMiniRedis()
+	require.NoError(f, m.Start())
+	f.Cleanup(m.Close)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	f.Cleanup(func() { _ = c.Close() })
+	now := time.UnixMilli(1_700_000_000_000)
+
+	f.Fuzz(func(t *testing.T, op uint8, d int64, sec, nsec int64) {
+		ctx := context.Background()
+		m.FlushAll()
+		m.SetTime(now)
+		q, err := New(c, WithBuckets(1), WithLogger(discard))
+		require.NoError(t, err)
+		defer func() { require.NoError(t, q.Close(ctx)) }()
+		delay, runAt := time.Duration(d), time.Unix(sec, nsec)
+		// asked is the earliest the job may be due; refused reports whether
+		// the input must be refused.
+		var asked time.Time
+		var refused bool
+		var id string
+		switch op % 5 {
+		case 0: // Push with a delay
+			asked, refused = now.Add(delay), delay < 0
+			id, err = q.Push(ctx, &Job{Topic: "t", Delay: delay})
+		case 1: // Push at a time
+			asked, refused = runAt, runAt.After(maxRunAt)
+			id, err = q.Push(ctx, &Job{Topic: "t", RunAt: runAt})
+		case 2: // RetryAfter
+			id = pushed(t, q, &Job{Topic: "t"})
+			job, perr := q.Pop(ctx, "t", 0)
+			require.NoError(t, perr)
+			asked, refused = now.Add(delay), delay < 0
+			err = q.RetryAfter(ctx, job, delay, errors.New("failed"))
+		case 3: // Reschedule with a delay
+			id = pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+			asked, refused = now.Add(delay), delay < 0
+			err = q.Reschedule(ctx, id, delay, time.Time{})
+		case 4: // Reschedule at a time
+			id = pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+			asked, refused = runAt, runAt.After(maxRunAt)
+			err = q.Reschedule(ctx, id, 0, runAt)
+		}
+		if refused {
+			require.ErrorIs(t, err, ErrInvalidJob)
+			return
+		}
+		require.NoError(t, err)
+		job, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		switch job.State {
+		case StateReady:
+			assert.False(t, asked.After(now), "ready at once, though asked for %v", asked)
+		case StateDelayed:
+			assert.False(t, job.RunAt.Before(asked), "due at %v, asked for %v", job.RunAt, asked)
+		default:
+			t.Fatalf("state %v", job.State)
+		}
+	})
+}
+
+func FuzzExponentialBackoffStaysInRange(f *testing.F) {
+	f.Add(int64(time.Second), int64(math.MaxInt64), 35)
+	f.Add(int64(time.Second), int64(time.Hour), 65535)
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), 2)
+	f.Add(int64(-1), int64(time.Hour), 1)
+	f.Fuzz(func(t *testing.T, base, limit int64, attempt int) {
+		b, l := time.Duration(base), time.Duration(limit)
+		d := ExponentialBackoff(b, l)(attempt)
+		if b <= 0 || l <= 0 {
+			assert.Zero(t, d)
+			return
+		}
+		// The wait before jitter is base doubled attempt-1 times, capped at
+		// limit; jitter keeps at least half of it.
+		want := min(b, l)
+		for i := 1; i < attempt && want < l; i++ {
+			want = min(l, want*2)
+			if want < 0 { // the doubling overflowed: the cap applies
+				want = l
+			}
+		}
+		assert.GreaterOrEqual(t, d, want/2)
+		assert.LessOrEqual(t, d, want)
+	})
+}
+
+func TestTheLargestDurationsStayInTheFuture(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		later := time.Now().Add(200 * 365 * 24 * time.Hour)
+		delayed := func(id string) {
+			t.Helper()
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, StateDelayed, job.State)
+			assert.True(t, job.RunAt.After(later), "due at %v", job.RunAt)
+		}
+		delayed(pushed(t, q, &Job{Topic: "t", Delay: math.MaxInt64}))
+
+		id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+		require.NoError(t, q.Reschedule(ctx, id, math.MaxInt64, time.Time{}))
+		delayed(id)
+
+		id = pushed(t, q, &Job{Topic: "u"})
+		job, err := q.Pop(ctx, "u", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.RetryAfter(ctx, job, math.MaxInt64, errors.New("later")))
+		delayed(id)
+
+		// The latest RunAt the encoding holds is kept exactly.
+		id = pushed(t, q, &Job{Topic: "t", RunAt: maxRunAt})
+		job, err = q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.True(t, job.RunAt.Equal(maxRunAt), "due at %v", job.RunAt)
+	})
 }

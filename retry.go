@@ -9,7 +9,8 @@ import (
 )
 
 // Backoff returns how long a job waits before its next delivery after its
-// attempt-th delivery failed (attempt counts from 1).
+// attempt-th delivery failed (attempt counts from 1). A negative wait counts
+// as zero.
 type Backoff func(attempt int) time.Duration
 
 // BackoffSchedule retries after the given delays in turn: the first after
@@ -29,16 +30,21 @@ func BackoffSchedule(delays ...time.Duration) Backoff {
 // ExponentialBackoff waits base after the first failure and doubles the wait
 // after each further one, up to limit, each wait picked at random between
 // half and all of it (jitter), so that jobs failed together do not all come
-// back together.
+// back together. The doubling saturates at limit, however large: it never
+// wraps around to a short wait. A base or limit of zero or less retries at
+// once.
 func ExponentialBackoff(base, limit time.Duration) Backoff {
 	return func(attempt int) time.Duration {
-		d := base
-		for i := 1; i < attempt && d < limit; i++ {
-			d *= 2
-		}
-		d = min(d, limit)
-		if d <= 0 {
+		if base <= 0 || limit <= 0 {
 			return 0
+		}
+		d := min(base, limit)
+		for i := 1; i < attempt && d < limit; i++ {
+			if d > limit/2 {
+				d = limit
+			} else {
+				d *= 2
+			}
 		}
 		return d/2 + rand.N(d/2+1)
 	}
@@ -83,7 +89,8 @@ func (q *DelayQueue) retry(ctx context.Context, job *Job, cause error) error {
 	if job == nil {
 		return fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
-	return q.retryAfter(ctx, job, q.opts.backoff(job.Attempts), cause)
+	// A Backoff of the user's that returns a negative wait retries at once.
+	return q.retryAfter(ctx, job, max(q.opts.backoff(job.Attempts), 0), cause)
 }
 
 // RetryAfter is Retry with the delay given instead of the queue's backoff.

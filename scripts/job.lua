@@ -101,11 +101,13 @@ end
 
 -- due_ms returns the due time of a job delayed by delay_ms from now (in
 -- microseconds), rounded up so that it is never due before the full delay.
+-- It adds milliseconds, not microseconds: Lua's numbers are doubles, exact
+-- below 2^53, and the largest delay (9.2e12 ms) in microseconds is not.
 local function due_ms(now, delay_ms)
   if delay_ms <= 0 then
     return math.floor(now / 1000)
   end
-  return math.floor((now + delay_ms * 1000 + 999) / 1000)
+  return math.floor((now + 999) / 1000) + delay_ms
 end
 
 -- Wake-ups go out on the bucket's own channels with the publish command the
