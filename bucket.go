@@ -15,24 +15,25 @@ import (
 // lists per topic, all under one hash tag. Every change to a bucket is one
 // script over its keys.
 
-// push adds jobs that all belong to bucket b in one script call, and reports
-// for each whether it was created (false: its ID existed already).
-func (q *DelayQueue) push(ctx context.Context, b int, jobs []pushArgs) ([]bool, error) {
+// push adds jobs that all belong to bucket b in one script call, and sets
+// each one's status.
+func (q *DelayQueue) push(ctx context.Context, b int, jobs []*pushArgs) error {
 	keys, args := q.pushCall(b, jobs)
-	return pushResult(b, len(jobs), q.run(ctx, b, scriptPush, keys, args...))
+	return pushResult(b, jobs, q.run(ctx, b, scriptPush, keys, args...))
 }
 
 // pushBuckets pushes jobs with one script call per bucket they fall in and
-// chunk, all in one pipeline (one round trip per node). It returns the
-// error of each bucket that failed; nil when all succeeded.
-func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []pushArgs) map[int]error {
-	byBucket := map[int][]pushArgs{}
+// chunk, all in one pipeline (one round trip per node), and sets each one's
+// status. It returns the error of each bucket that failed; nil when all
+// succeeded.
+func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]error {
+	byBucket := map[int][]*pushArgs{}
 	for _, j := range jobs {
 		byBucket[j.bucket] = append(byBucket[j.bucket], j)
 	}
 	type push struct {
 		b    int
-		jobs []pushArgs
+		jobs []*pushArgs
 		call *scriptCall
 	}
 	var pushes []push
@@ -48,7 +49,7 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []pushArgs) map[int]e
 	q.sendCalls(ctx, calls)
 	var errs map[int]error
 	for _, p := range pushes {
-		if _, err := pushResult(p.b, len(p.jobs), p.call.cmd); err != nil {
+		if err := pushResult(p.b, p.jobs, p.call.cmd); err != nil {
 			if errs == nil {
 				errs = map[int]error{}
 			}
@@ -59,8 +60,8 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []pushArgs) map[int]e
 }
 
 // flushPushes pushes a batch of concurrent Push calls, coalesced.
-func (q *DelayQueue) flushPushes(ctx context.Context, batch []*request[pushArgs]) {
-	jobs := make([]pushArgs, len(batch))
+func (q *DelayQueue) flushPushes(ctx context.Context, batch []*request[*pushArgs]) {
+	jobs := make([]*pushArgs, len(batch))
 	for i, r := range batch {
 		jobs[i] = r.in
 	}
@@ -71,30 +72,33 @@ func (q *DelayQueue) flushPushes(ctx context.Context, batch []*request[pushArgs]
 }
 
 // pushCall builds the keys and arguments of push.lua for jobs of bucket b.
-func (q *DelayQueue) pushCall(b int, jobs []pushArgs) ([]string, []any) {
+func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
 	bk := q.keys.bucket(b)
-	args := make([]any, 0, 3+3*len(jobs))
+	args := make([]any, 0, 3+4*len(jobs))
 	args = append(args, bk.wake, bk.readyChannels, q.pub)
 	for _, j := range jobs {
-		args = append(args, j.id, j.delayMs, j.job)
+		gen := ""
+		if j.generated {
+			gen = "g"
+		}
+		args = append(args, j.id, j.delayMs, j.job, gen)
 	}
 	return []string{bk.pool, bk.zset, bk.readyPrefix}, args
 }
 
-// pushResult reads push.lua's reply: for each job, whether it was created.
-func pushResult(b, n int, reply *redis.Cmd) ([]bool, error) {
+// pushResult reads push.lua's reply into the jobs' statuses.
+func pushResult(b int, jobs []*pushArgs, reply *redis.Cmd) error {
 	res, err := reply.Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
+		return fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
 	}
-	if len(res) != n {
-		return nil, fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), n)
+	if len(res) != len(jobs) {
+		return fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), len(jobs))
 	}
-	created := make([]bool, len(res))
 	for i, r := range res {
-		created[i] = r == 1
+		jobs[i].status = r
 	}
-	return created, nil
+	return nil
 }
 
 // moveResult is what one move step did.

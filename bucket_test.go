@@ -205,16 +205,29 @@ func TestPushIsSafeToRunTwice(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(1))
-		a, err := q.opts.prepare(&Job{ID: "order-7", Topic: "t", Delay: time.Hour})
+		for _, tc := range []struct {
+			name      string
+			generated bool
+			delay     time.Duration
+			again     int64
+		}{
+			{"a caller's ID, for later", false, time.Hour, pushExisted},
+			{"a caller's ID, due now", false, 0, pushExisted},
+			// The second run finds the job it made: created, once.
+			{"a generated ID, for later", true, time.Hour, pushCreated},
+			{"a generated ID, due now", true, 0, pushCreated},
+		} {
+			a, err := q.opts.prepare(&Job{Topic: "t", Body: []byte(tc.name), Delay: tc.delay})
+			require.NoError(t, err)
+			a.id, a.generated = "order-"+tc.name, tc.generated
+			require.NoError(t, q.push(ctx, 0, []*pushArgs{&a}))
+			assert.Equal(t, int64(pushCreated), a.status, tc.name)
+			require.NoError(t, q.push(ctx, 0, []*pushArgs{&a})) // as go-redis re-sends after a read timeout
+			assert.Equal(t, tc.again, a.status, tc.name)
+		}
+		st, err := q.Stats(ctx, "t")
 		require.NoError(t, err)
-		first, err := q.push(ctx, 0, []pushArgs{a})
-		require.NoError(t, err)
-		again, err := q.push(ctx, 0, []pushArgs{a}) // as go-redis re-sends after a read timeout
-		require.NoError(t, err)
-		assert.Equal(t, []bool{true}, first)
-		assert.Equal(t, []bool{false}, again)
-		n, err := be.client.ZCard(ctx, q.keys.bucket(0).zset).Result()
-		require.NoError(t, err)
-		assert.Equal(t, int64(1), n)
+		assert.Equal(t, 4, st.Jobs)
+		assert.Equal(t, 2, st.Ready, "each due job is in the ready list once")
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,9 +20,9 @@ type DelayQueue struct {
 	opts     options
 	keys     keyspace
 	pub      string // PUBLISH, or SPUBLISH on Redis Cluster
-	ids      *snowflake.Node
+	ids      idGen
 	rotor    atomic.Uint32             // where the next Pop starts looking
-	pushes   []*coalescer[pushArgs]    // see lane
+	pushes   []*coalescer[*pushArgs]   // see lane
 	calls    []*coalescer[*scriptCall] // see lane
 	reserves []*coalescer[*reserveCall]
 	finishes []*coalescer[*finishCall]
@@ -96,13 +95,10 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if res[2] != jobFormat>>4 {
 		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormat>>4)
 	}
-	// Node numbers come from a counter in Redis, so two processes share one
-	// only after 1024 others opened the queue in between; and push.lua never
-	// overwrites an existing ID even then.
-	q.ids, err = snowflake.NewNode((res[1] - 1) % 1024)
-	if err != nil {
-		return nil, fmt.Errorf("delayqueue: id generator: %w", err)
+	if res[1] < 1 {
+		return nil, fmt.Errorf("delayqueue: open queue %q: instance number %d", o.name, res[1])
 	}
+	q.ids.prefix.Store(instancePrefix(res[1])) // see ids.go
 	return q, nil
 }
 
@@ -211,14 +207,16 @@ func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
 }
 
 // Push adds a job and returns its ID: the job's own ID when it has one, else
-// a new unique one, which Push also stores in job.ID. The job is due after
-// job.Delay on the Redis server's clock, or at job.RunAt. A job with an ID
-// that exists already is not pushed again, and Push returns its ID with no
-// error: a retried Push creates one job. Push returns an error matching
-// ErrInvalidJob for a job it refuses, and ErrClosed after Close. It is safe
-// for concurrent use, and concurrent calls are cheaper than lone ones: while
-// one push is on its way to Redis, the Push calls that follow wait and then
-// go together, one script call per bucket, in one round trip.
+// a new one, unique among every process that ever opened the queue, which
+// Push also stores in job.ID. The job is due after job.Delay on the Redis
+// server's clock, or at job.RunAt. A job with an ID that exists already is
+// not pushed again, and Push returns its ID with no error: a retried Push
+// creates one job. Push returns nil only once the job is stored under the
+// returned ID. It returns an error matching ErrInvalidJob for a job it
+// refuses, and ErrClosed after Close. It is safe for concurrent use, and
+// concurrent calls are cheaper than lone ones: while one push is on its way
+// to Redis, the Push calls that follow wait and then go together, one
+// script call per bucket, in one round trip.
 func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 	if q.closed.Load() {
 		return "", ErrClosed
@@ -227,12 +225,20 @@ func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	q.assignID(job, &a)
-	// Concurrent Push calls share round trips and script calls.
-	if err := lane(q.pushes, a.bucket).do(ctx, a); err != nil {
-		return "", err
+	a.generated = job.ID == ""
+	for renewals := 0; ; renewals++ {
+		prefix := q.assignID(job, &a)
+		// Concurrent Push calls share round trips and script calls.
+		if err := lane(q.pushes, a.bucket).do(ctx, &a); err != nil {
+			return "", err
+		}
+		if a.status != pushTaken {
+			return job.ID, nil
+		}
+		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
+			return "", err
+		}
 	}
-	return job.ID, nil
 }
 
 // maxPipelinedCalls bounds how many script calls go in one pipeline.
@@ -258,29 +264,63 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 		if err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
+		a.generated = job.ID == ""
 		args[i] = a
 	}
 	ids := make([]string, len(jobs))
+	prefixes := make([]*string, len(jobs))
 	for i, job := range jobs {
-		q.assignID(job, &args[i])
+		prefixes[i] = q.assignID(job, &args[i])
 		ids[i] = job.ID
 	}
-	if errs := q.pushBuckets(ctx, args); errs != nil {
-		for _, a := range args {
-			if err := errs[a.bucket]; err != nil {
-				return nil, err
+	pending := make([]*pushArgs, len(args))
+	for i := range args {
+		pending[i] = &args[i]
+	}
+	for renewals := 0; ; renewals++ {
+		if errs := q.pushBuckets(ctx, pending); errs != nil {
+			for _, a := range pending {
+				if err := errs[a.bucket]; err != nil {
+					return nil, err
+				}
 			}
 		}
+		// Jobs whose generated ID was taken go again under a new one.
+		pending = pending[:0]
+		for i := range args {
+			if a := &args[i]; a.status == pushTaken {
+				if err := q.idTaken(ctx, a.id, prefixes[i], renewals); err != nil {
+					return nil, err
+				}
+				prefixes[i] = q.assignID(jobs[i], a)
+				ids[i] = jobs[i].ID
+				pending = append(pending, a)
+			}
+		}
+		if len(pending) == 0 {
+			return ids, nil
+		}
 	}
-	return ids, nil
 }
 
-// assignID gives a job without an ID a new one, and files it in its bucket.
-func (q *DelayQueue) assignID(job *Job, a *pushArgs) {
-	if job.ID == "" {
-		job.ID = q.ids.Generate().Base58()
+// assignID gives a job whose ID is generated a new one, and files it in its
+// bucket. It returns the prefix of the generated ID (nil for a caller's).
+func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
+	var prefix *string
+	if a.generated {
+		job.ID, prefix = q.ids.next()
 	}
-	a.id, a.bucket = job.ID, bucketOf(job.ID, q.opts.buckets)
+	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
+	return prefix
+}
+
+// idTaken handles a generated ID that push.lua found taken by another job:
+// the queue takes a new instance number, unless it has done so too often.
+func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
+	if renewals >= maxIDRenewals {
+		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
+	}
+	return q.renewIDs(ctx, prefix)
 }
 
 // warnEviction logs a warning for every Redis master whose maxmemory-policy

@@ -2,10 +2,10 @@ package delayqueue
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/bwmarrin/snowflake"
 	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -76,17 +76,17 @@ func TestNewReturnsRedisErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "delayqueue: open queue")
 }
 
-func TestQueuesGetDifferentIDNodes(t *testing.T) {
+func TestQueuesGetDifferentIDPrefixes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		name := uniqueName(t)
-		nodes := map[int64]bool{}
+		prefixes := map[string]bool{}
 		for range 3 {
 			q := newQueue(t, be.client, WithName(name))
-			id, err := snowflake.ParseBase58([]byte(pushed(t, q, &Job{Topic: "t", Delay: time.Hour})))
-			require.NoError(t, err)
-			nodes[id.Node()] = true
+			id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+			assert.True(t, strings.HasPrefix(id, *q.ids.prefix.Load()), id)
+			prefixes[*q.ids.prefix.Load()] = true
 		}
-		assert.Len(t, nodes, 3)
+		assert.Len(t, prefixes, 3)
 	})
 }
 

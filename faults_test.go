@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -53,6 +54,8 @@ func runHelper(mode string) int {
 	opts := []Option{WithName(os.Getenv("DQ_NAME")), WithLease(lease), WithLogger(discard)}
 	ctx := context.Background()
 	switch mode {
+	case "push":
+		return pushHelper(c, opts)
 	case "hold": // pop DQ_N jobs, say so, and hold them until killed
 		q, err := New(c, opts...)
 		if err != nil {
@@ -99,6 +102,7 @@ func runHelper(mode string) int {
 type child struct {
 	cmd *exec.Cmd
 	out *bufio.Scanner
+	in  io.WriteCloser
 }
 
 // startChild runs the test binary as a helper and waits for its first line.
@@ -110,8 +114,10 @@ func startChild(t *testing.T, mode, addr, name string, env ...string) *child {
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, out: bufio.NewScanner(stdout)}
+	c := &child{cmd: cmd, out: bufio.NewScanner(stdout), in: stdin}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -124,6 +130,13 @@ func (c *child) expect(t *testing.T, prefix string) {
 	t.Helper()
 	require.True(t, c.out.Scan(), "child ended before saying %q: %v", prefix, c.out.Err())
 	require.True(t, strings.HasPrefix(c.out.Text(), prefix), "child said %q, want %q", c.out.Text(), prefix)
+}
+
+// say writes a line to the child's stdin.
+func (c *child) say(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(c.in, line+"\n")
+	require.NoError(t, err)
 }
 
 func (c *child) signal(t *testing.T, sig syscall.Signal) {

@@ -46,10 +46,12 @@ func (s State) String() string {
 // MaxAttempts when pushing. Attempts, State and ReservedUntil are read-only:
 // they are filled in by Pop and Get and ignored by Push.
 type Job struct {
-	// ID identifies the job. Empty on Push: a unique ID is generated (a
-	// snowflake ID in base 58, 11 characters, short to keep memory low). A
-	// caller-chosen ID makes Push idempotent: while a job with that ID
-	// exists, pushing it again creates nothing.
+	// ID identifies the job. Empty on Push: an ID is generated, unique
+	// among all processes that ever opened the queue (base 58, from 3
+	// characters: this instance's number from a counter in Redis, and a
+	// count; short to keep memory low). A caller-chosen ID makes Push
+	// idempotent: while a job with that ID exists, pushing it again creates
+	// nothing.
 	ID string
 	// Topic names the kind of work; consumers pop by topic.
 	Topic string
@@ -126,7 +128,8 @@ func validateID(id string) error {
 	return nil
 }
 
-// pushArgs are the validated values of one job for push.lua.
+// pushArgs are the validated values of one job for push.lua, and its
+// outcome.
 type pushArgs struct {
 	id     string
 	bucket int
@@ -135,7 +138,19 @@ type pushArgs struct {
 	delayMs string
 	// job is the job encoded as delayed (see encodeJob).
 	job []byte
+	// generated is set when the queue made the ID: it must not exist
+	// already, unless as this very job (a push re-sent by go-redis).
+	generated bool
+	// status is push.lua's answer for the job.
+	status int64
 }
+
+// push.lua's answer for a job.
+const (
+	pushCreated = 1  // stored under its ID
+	pushExisted = 0  // a caller's ID that exists already: nothing changed
+	pushTaken   = -1 // a generated ID held by another job: nothing changed
+)
 
 // prepare checks a job against the queue's limits and fills in defaults. It
 // returns errors matching ErrInvalidJob.

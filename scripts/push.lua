@@ -1,12 +1,17 @@
 -- push.lua: add jobs to one bucket; a job whose ID exists already is left alone.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
--- ARGV[4..] three values per job:
---   id, delay_ms ("" when the job's at_ms holds its due time), and the job
+-- ARGV[4..] four values per job:
+--   id, delay_ms ("" when the job's at_ms holds its due time), the job
 --   encoded as a delayed job (job.lua), with no attempts, lease or error,
---   and at_ms 0 when a delay is given
--- returns one integer per job: 1 created, 0 the ID existed already
--- Running it twice creates nothing new: the second run finds every ID.
+--   and at_ms 0 when a delay is given, and "g" when the queue generated the
+--   id ("" for a caller's id)
+-- returns one integer per job: 1 created, 0 a caller's id existed already,
+-- -1 a generated id is held by another job (nothing changed: the caller
+-- pushes again under a new id)
+-- Running it twice creates nothing new: the second run finds every id, and
+-- a generated id held by this very job (same topic, body, TTR and max
+-- attempts) counts as created.
 
 local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
 local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
@@ -16,12 +21,25 @@ local now_ms = floor(now / 1000)
 local created, dues = {}, {}
 local ready_count, topics = {}, {}
 
+-- existing answers for a job whose id is taken: a caller's id dedupes; a
+-- generated one is this job pushed again, or another job's.
+local function existing(id, v, gen)
+  if gen == '' then
+    return 0
+  end
+  local a, b = decode(redis.call('HGET', pool, id)), decode(v)
+  if a.topic == b.topic and a.body == b.body and a.ttr == b.ttr and a.max == b.max then
+    return 1
+  end
+  return -1
+end
+
 -- Jobs due already go to their topic's ready list first: the list may be a
 -- key this script was not given, whose write can fail (see job.lua); the
 -- jobs for later touch only the script's own keys afterwards, with one ZADD.
-for i = 4, #ARGV, 3 do
-  local n = (i - 1) / 3
-  local id, delay, v = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 4, #ARGV, 4 do
+  local n = (i - 4) / 4 + 1
+  local id, delay, v, gen = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local due
   if delay == '' then
     due = read48(v, AT)
@@ -32,7 +50,7 @@ for i = 4, #ARGV, 3 do
   if due > now_ms then
     -- for later, below
   elseif redis.call('HEXISTS', pool, id) == 1 then
-    created[n] = 0
+    created[n] = existing(id, v, gen)
   else
     local topic = sub(v, HEADER + 1, HEADER + byte(v, HEADER))
     redis.call('RPUSH', ready_prefix .. topic, id)
@@ -47,20 +65,22 @@ for i = 4, #ARGV, 3 do
 end
 
 local scores, first_due = {}, nil
-for i = 4, #ARGV, 3 do
-  local n = (i - 1) / 3
+for i = 4, #ARGV, 4 do
+  local n = (i - 4) / 4 + 1
   local due = dues[n]
   if due > now_ms then
     -- Stored as the client encoded it: a delayed job's due time is its
     -- score, and its at_ms is not read (see job.lua).
     local id, v = ARGV[i], ARGV[i + 2]
-    created[n] = redis.call('HSETNX', pool, id, v)
-    if created[n] == 1 then
+    if redis.call('HSETNX', pool, id, v) == 1 then
+      created[n] = 1
       scores[#scores + 1] = due
       scores[#scores + 1] = id
       if first_due == nil or due < first_due then
         first_due = due
       end
+    else
+      created[n] = existing(id, v, ARGV[i + 3])
     end
   end
 end

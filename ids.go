@@ -1,0 +1,80 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+)
+
+// IDs that no other process makes. Each DelayQueue takes an instance number
+// of its own from the queue's counter in Redis (init.lua, HINCRBY on the
+// meta hash: never handed out twice while Redis keeps that hash) and counts
+// its IDs from zero. An ID is written in base 58: one digit saying how many
+// digits the instance number has, the instance number, then the count. No
+// ID is a prefix of the digits of another instance, so two (instance,
+// count) pairs never spell one ID, however many processes open the queue
+// over its life; an ID is 3 characters to start with and grows by one
+// character for every 58-fold of instances or of IDs.
+//
+// Should the counter ever go back (Redis lost the meta hash, or a failover
+// lost its last writes) while an older process still uses its number,
+// push.lua finds the ID taken by another job and says so; Push then takes a
+// new instance number and pushes again under a new ID.
+
+const base58Digits = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+// idGen makes the IDs of one DelayQueue. It is safe for concurrent use.
+type idGen struct {
+	prefix atomic.Pointer[string] // the length digit and the instance number
+	count  atomic.Uint64
+}
+
+// instancePrefix is the start of the IDs of instance number n (n >= 1).
+func instancePrefix(n int64) *string {
+	digits := appendBase58(nil, uint64(n))
+	p := string(base58Digits[len(digits)]) + string(digits)
+	return &p
+}
+
+// next returns a new ID, and the prefix it was made with.
+func (g *idGen) next() (id string, prefix *string) {
+	prefix = g.prefix.Load()
+	n := g.count.Add(1) - 1
+	return string(appendBase58([]byte(*prefix), n)), prefix
+}
+
+// appendBase58 appends n's base-58 digits, most significant first.
+func appendBase58(b []byte, n uint64) []byte {
+	var digits [11]byte // 58^11 > 2^64
+	i := len(digits)
+	for {
+		i--
+		digits[i] = base58Digits[n%58]
+		n /= 58
+		if n == 0 {
+			break
+		}
+	}
+	return append(b, digits[i:]...)
+}
+
+// maxIDRenewals bounds how often one push takes a new instance number
+// because its generated ID was taken: once is all it can need.
+const maxIDRenewals = 3
+
+// renewIDs takes a new instance number, unless another push already
+// replaced prefix, the one whose ID was found taken.
+func (q *DelayQueue) renewIDs(ctx context.Context, prefix *string) error {
+	if q.ids.prefix.Load() != prefix {
+		return nil
+	}
+	n, err := q.client.HIncrBy(ctx, q.keys.meta(), "nodes", 1).Result()
+	if err != nil {
+		q.noteError(ctx, err)
+		return fmt.Errorf("delayqueue: take a new instance number: %w", err)
+	}
+	q.opts.logger.Warn("delayqueue: a generated job ID was taken by another job; the queue's instance counter went back (lost Redis data?); using a new instance number",
+		"taken_prefix", *prefix, "instance", n)
+	q.ids.prefix.CompareAndSwap(prefix, instancePrefix(n)) // the first renewal wins
+	return nil
+}

@@ -1,0 +1,244 @@
+package delayqueue
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func makeID(instance int64, count uint64) string {
+	return string(appendBase58([]byte(*instancePrefix(instance)), count))
+}
+
+func TestIDsOfDifferentInstancesNeverMeet(t *testing.T) {
+	seen := map[string][2]uint64{}
+	// Around the points where the instance number and the count gain a digit.
+	for _, instance := range []int64{1, 2, 57, 58, 59, 3363, 3364, 3365, 195112, 195113} {
+		for count := range uint64(3500) {
+			id := makeID(instance, count)
+			prev, dup := seen[id]
+			require.False(t, dup, "%q made by %v and by %v", id, prev, [2]uint64{uint64(instance), count})
+			seen[id] = [2]uint64{uint64(instance), count}
+		}
+	}
+	assert.Equal(t, "221", makeID(1, 0), "short to begin with")
+	assert.Len(t, makeID(2049, 1_000_000), 1+2+4)
+}
+
+func FuzzIDsNeverCollide(f *testing.F) {
+	f.Add(int64(1), uint64(58), int64(58), uint64(0))
+	f.Add(int64(1), uint64(0), int64(2), uint64(0))
+	f.Fuzz(func(t *testing.T, i1 int64, c1 uint64, i2 int64, c2 uint64) {
+		if i1 < 1 || i2 < 1 || (i1 == i2 && c1 == c2) {
+			return
+		}
+		assert.NotEqual(t, makeID(i1, c1), makeID(i2, c2))
+	})
+}
+
+func TestGeneratedIDsSpreadOverBuckets(t *testing.T) {
+	var g idGen
+	g.prefix.Store(instancePrefix(2049))
+	counts := make([]int, 8)
+	for range 80_000 {
+		id, _ := g.next()
+		counts[bucketOf(id, 8)]++
+	}
+	for b, n := range counts {
+		assert.InDelta(t, 10_000, n, 500, "bucket %d", b)
+	}
+}
+
+// storedJobs counts the jobs in a queue's pools.
+func storedJobs(t *testing.T, q *DelayQueue) int {
+	t.Helper()
+	st, err := q.Stats(context.Background(), "t")
+	require.NoError(t, err)
+	return st.Jobs
+}
+
+// pushConcurrently pushes n jobs from each queue at once, 8 goroutines per
+// queue, and returns the IDs acknowledged.
+func pushConcurrently(t *testing.T, n int, qs ...*DelayQueue) []string {
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	for qi, q := range qs {
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 8 {
+					id, err := q.Push(context.Background(), &Job{Topic: "t", Body: []byte(fmt.Sprintf("%d/%d", qi, i)), Delay: time.Hour})
+					if assert.NoError(t, err) {
+						mu.Lock()
+						acked = append(acked, id)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return acked
+}
+
+func distinct(ids []string) int {
+	set := map[string]bool{}
+	for _, id := range ids {
+		set[id] = true
+	}
+	return len(set)
+}
+
+func TestGeneratedIDsStayUniqueAfterThousandsOfOpenings(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		name := uniqueName(t)
+		first := newQueue(t, be.client, WithName(name))
+		// 2,048 more openings: as many restarts, autoscaled processes or
+		// New calls per request as a queue sees in a long life.
+		for range 2047 {
+			q, err := New(be.client, WithName(name), WithLogger(discard))
+			require.NoError(t, err)
+			require.NoError(t, q.Close(context.Background()))
+		}
+		last := newQueue(t, be.client, WithName(name))
+		const n = 10_000
+		acked := pushConcurrently(t, n, first, last)
+		t.Logf("IDS 2,049 openings, pushes from the first and the last: acknowledged=%d distinct=%d stored=%d",
+			len(acked), distinct(acked), storedJobs(t, first))
+		assert.Len(t, acked, 2*n)
+		assert.Equal(t, 2*n, distinct(acked))
+		assert.Equal(t, 2*n, storedJobs(t, first))
+	})
+}
+
+func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		logs := &capture{}
+		q := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+
+		// A caller took the ID that q makes next, for a job of its own.
+		next := string(appendBase58([]byte(*q.ids.prefix.Load()), q.ids.count.Load()))
+		pushed(t, q, &Job{ID: next, Topic: "t", Body: []byte("the caller's"), Delay: time.Hour})
+		id := pushed(t, q, &Job{Topic: "t", Body: []byte("generated"), Delay: time.Hour})
+		assert.NotEqual(t, next, id)
+		for id, body := range map[string]string{next: "the caller's", id: "generated"} {
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, body, string(job.Body))
+		}
+
+		// The instance counter went back, as when Redis lost its last
+		// writes: a new process gets the number of a live one.
+		// (q took the counter's latest number when its ID was taken above.)
+		require.NoError(t, be.client.HIncrBy(ctx, q.keys.meta(), "nodes", -1).Err())
+		again := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		require.Equal(t, *q.ids.prefix.Load(), *again.ids.prefix.Load())
+		const n = 2000
+		acked := pushConcurrently(t, n, q, again)
+		assert.Len(t, acked, 2*n)
+		assert.Equal(t, 2*n, distinct(acked))
+		assert.Equal(t, 2*n+2, storedJobs(t, q))
+		assert.Contains(t, logs.String(), "generated job ID was taken")
+
+		jobs := []*Job{{Topic: "t", Body: []byte("many")}}
+		next = string(appendBase58([]byte(*again.ids.prefix.Load()), again.ids.count.Load()))
+		pushed(t, q, &Job{ID: next, Topic: "t", Body: []byte("in the way")})
+		ids, err := again.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		assert.NotEqual(t, next, ids[0])
+		job, err := q.Get(ctx, ids[0])
+		require.NoError(t, err)
+		assert.Equal(t, "many", string(job.Body))
+		assert.Equal(t, ids[0], jobs[0].ID)
+	})
+}
+
+// TestGeneratedIDsStayUniqueAcrossProcesses runs the first and the last of
+// 2,049 openings of a queue as producer processes of their own, as API
+// servers that never Start, pushing at once.
+func TestGeneratedIDsStayUniqueAcrossProcesses(t *testing.T) {
+	s := redistest.Shared(t)
+	c := s.Client(t)
+	name := uniqueName(t)
+	dir := t.TempDir()
+	n := scale(10_000, 50_000)
+	env := []string{"DQ_N=" + strconv.Itoa(n)}
+	first := startChild(t, "push", s.Addr, name, append(env, "DQ_OUT="+filepath.Join(dir, "first"))...)
+	first.expect(t, "opened")
+	for range 2047 {
+		q, err := New(c, WithName(name), WithLogger(discard))
+		require.NoError(t, err)
+		require.NoError(t, q.Close(context.Background()))
+	}
+	last := startChild(t, "push", s.Addr, name, append(env, "DQ_OUT="+filepath.Join(dir, "last"))...)
+	last.expect(t, "opened")
+	first.say(t, "go")
+	last.say(t, "go")
+	first.expect(t, "pushed")
+	last.expect(t, "pushed")
+
+	var acked []string
+	for _, f := range []string{"first", "last"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		acked = append(acked, strings.Fields(string(b))...)
+	}
+	q := newQueue(t, c, WithName(name))
+	t.Logf("IDS two producer processes, the 1st and the 2,049th opening: acknowledged=%d distinct=%d stored=%d",
+		len(acked), distinct(acked), storedJobs(t, q))
+	assert.Len(t, acked, 2*n)
+	assert.Equal(t, 2*n, distinct(acked))
+	assert.Equal(t, 2*n, storedJobs(t, q))
+}
+
+// pushHelper is the child process of TestGeneratedIDsStayUniqueAcrossProcesses:
+// it opens the queue, says so, waits for "go" on stdin, pushes DQ_N jobs
+// with 8 goroutines and writes the acknowledged IDs to DQ_OUT.
+func pushHelper(c *redis.Client, opts []Option) int {
+	q, err := New(c, opts...)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("opened")
+	if in := bufio.NewScanner(os.Stdin); !in.Scan() || in.Text() != "go" {
+		return 1
+	}
+	n, _ := strconv.Atoi(os.Getenv("DQ_N"))
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				if id, err := q.Push(context.Background(), &Job{Topic: "t", Delay: time.Hour}); err == nil {
+					ids[i] = id
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := os.WriteFile(os.Getenv("DQ_OUT"), []byte(strings.Join(ids, "\n")), 0o644); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("pushed")
+	return 0
+}
