@@ -112,6 +112,8 @@ type moveResult struct {
 	held time.Duration
 	// contended is true when another process holds the lease.
 	contended bool
+	// mark is the mark of the script's run, which its ready wake-ups carry.
+	mark string
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
 }
@@ -122,31 +124,35 @@ type topicCount struct {
 }
 
 // moveDue moves up to a batch of due jobs of bucket b to their ready lists
-// (or dead letters), holding or taking the bucket's lease with token.
-func (q *DelayQueue) moveDue(ctx context.Context, b int, token string) (moveResult, error) {
+// (or dead letters), holding or taking the bucket's lease with token. call
+// numbers the call, for the mark of its wake-ups.
+func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics}
 	reply, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub).Slice()
+		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}
 	var res [2]int64
-	ok := len(reply) >= 2 && len(reply)%2 == 0
+	ok := len(reply) >= 2
 	for i := 0; ok && i < 2; i++ {
 		res[i], ok = reply[i].(int64)
+	}
+	if ok && res[0] < 0 {
+		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
+	}
+	r := moveResult{moved: int(res[0]), next: -1}
+	if ok = ok && len(reply)%2 == 1; ok {
+		r.mark, ok = reply[2].(string)
 	}
 	if !ok {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, reply)
 	}
-	if res[0] < 0 {
-		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
-	}
-	r := moveResult{moved: int(res[0]), next: -1}
 	if res[1] >= 0 {
 		r.next = time.Duration(res[1]) * time.Microsecond
 	}
-	for i := 2; i+1 < len(reply); i += 2 {
+	for i := 3; i+1 < len(reply); i += 2 {
 		topic, _ := reply[i].(string)
 		count, _ := reply[i+1].(int64)
 		r.ready = append(r.ready, topicCount{topic, int(count)})

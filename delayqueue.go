@@ -30,15 +30,16 @@ type DelayQueue struct {
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
 
-	mu       sync.Mutex // guards the fields below
+	mu       sync.Mutex // guards the fields below; never held across a round trip
 	started  bool
 	cancel   context.CancelFunc // ends the handlers
 	handlers []*handler
 	stopped  chan struct{} // closed when every handler has returned
 	notes    *notifier
 
-	closeMu  sync.Mutex
-	finished bool
+	closeOnce sync.Once
+	shutdown  chan struct{} // closed when Close's shutdown has ended
+	closeErr  error         // what it returned
 }
 
 // initTimeout bounds the one round trip of New, which has no context.
@@ -103,68 +104,87 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 }
 
 // Start runs one handler goroutine per bucket, which moves due jobs to their
-// ready lists while it holds the bucket's lease. ctx bounds the start-up
-// only; the handlers run until Close. Start logs a warning when Redis may
-// evict keys. It returns ErrStarted when called twice and ErrClosed after
-// Close.
+// ready lists while it holds the bucket's lease. Some process must Start
+// for delayed jobs to become ready; any number may. ctx bounds the start-up
+// only; the handlers run until Close, and keep trying while Redis is
+// unreachable. Start logs a warning when Redis may evict keys. It returns
+// ErrStarted when called twice and ErrClosed after Close.
 func (q *DelayQueue) Start(ctx context.Context) error {
-	if q.closed.Load() {
-		return ErrClosed
-	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed.Load() { // Close may have run since the check above
+	switch {
+	case q.closed.Load(): // Close sets it before it reads the fields below
+		q.mu.Unlock()
 		return ErrClosed
-	}
-	if q.started {
+	case q.started:
+		q.mu.Unlock()
 		return ErrStarted
 	}
-	q.warnEviction(ctx)
 	handlers := make([]*handler, q.opts.buckets)
 	for b := range handlers {
 		handlers[b] = newHandler(q, b)
 	}
-	// Listen before the first move, so that no push in between goes unheard.
-	if err := q.notifierLocked(ctx).listenForHandlers(ctx, handlers); err != nil {
-		return err
-	}
-	q.handlers = handlers
+	notes := q.notifierLocked(ctx)
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	for _, h := range q.handlers {
+	for _, h := range handlers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			h.run(hctx)
 		}()
 	}
-	q.stopped = make(chan struct{})
+	stopped := make(chan struct{})
 	go func() {
 		wg.Wait()
-		close(q.stopped)
+		close(stopped)
 	}()
-	q.started, q.cancel = true, cancel
+	q.started, q.cancel, q.handlers, q.stopped = true, cancel, handlers, stopped
+	q.mu.Unlock()
+
+	// No lock is held from here on, as these talk to Redis. The handlers
+	// look at their buckets at once; the confirmation of their wake-up
+	// channels makes them look again, so a push in between is not missed.
+	q.warnEviction(ctx)
+	if err := notes.listenForHandlers(handlers); err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
 	return nil
 }
+
+// closeTimeout bounds the work Close does in Redis: releasing the leases.
+const closeTimeout = 10 * time.Second
 
 // Close stops the handlers, releases their leases so that other processes
 // take the buckets over at once, and ends waiting Pops with ErrClosed. It
 // waits for every goroutine of the queue, or returns ctx.Err() when ctx ends
-// first. Jobs stay in Redis. Calling Close again returns nil once the first
-// call has finished.
+// first; the shutdown then goes on, for at most 10 seconds. Jobs stay in
+// Redis. Calling Close again waits for the same shutdown and returns what
+// it returned.
 func (q *DelayQueue) Close(ctx context.Context) error {
-	q.closeMu.Lock()
-	defer q.closeMu.Unlock()
-	if q.finished {
-		return nil
-	}
-	if q.closed.CompareAndSwap(false, true) {
+	q.closeOnce.Do(func() {
+		q.closed.Store(true)
 		close(q.done)
+		q.mu.Lock()
+		cancel, stopped, handlers, notes := q.cancel, q.stopped, q.handlers, q.notes
+		q.mu.Unlock()
+		q.shutdown = make(chan struct{})
+		sctx, stop := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		go func() {
+			defer close(q.shutdown)
+			defer stop()
+			q.closeErr = q.stop(sctx, cancel, stopped, handlers, notes)
+		}()
+	})
+	select {
+	case <-q.shutdown:
+		return q.closeErr
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	q.mu.Lock()
-	cancel, stopped, handlers, notes := q.cancel, q.stopped, q.handlers, q.notes
-	q.mu.Unlock()
+}
 
+// stop is the shutdown of Close.
+func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*handler, notes *notifier) error {
 	var errs []error
 	if cancel != nil {
 		cancel()
@@ -181,10 +201,9 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 	}
 	if notes != nil {
 		if err := notes.close(ctx); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	q.finished = true
 	return errors.Join(errs...)
 }
 

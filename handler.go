@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,11 +28,38 @@ type handler struct {
 	mu     sync.Mutex
 	wakeAt time.Time // the earliest wake-up asked for since the last look
 	free   bool      // the lease holder released the lease
+	// woke lists the (move mark, topic) pairs whose consumers in this
+	// process were woken, by the move's reply or by its message, whichever
+	// came first; the other is skipped. Oldest first, at most maxWoke.
+	woke []wakeKey
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
 	held     bool      // the last move held the lease
 	failures int       // consecutive Redis errors
 	trimmed  time.Time // when dead letters past their retention were last deleted
+	calls    uint64    // move calls made, numbering their marks
+}
+
+type wakeKey struct{ mark, topic string }
+
+// maxWoke bounds the wake-ups a handler remembers: far more than can be on
+// their way at once.
+const maxWoke = 256
+
+// claimWake reports whether the consumers of topic in this process are
+// still to be woken for the move marked mark, and records that they are.
+func (h *handler) claimWake(mark, topic string) bool {
+	k := wakeKey{mark, topic}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Contains(h.woke, k) {
+		return false
+	}
+	if len(h.woke) == maxWoke {
+		h.woke = slices.Delete(h.woke, 0, 1)
+	}
+	h.woke = append(h.woke, k)
+	return true
 }
 
 func newHandler(q *DelayQueue, b int) *handler {
@@ -78,7 +106,8 @@ func (h *handler) run(ctx context.Context) {
 // step moves one batch and returns how long to wait before the next.
 func (h *handler) step(ctx context.Context) time.Duration {
 	log := h.q.opts.logger
-	res, err := h.q.moveDue(ctx, h.b, h.token)
+	h.calls++
+	res, err := h.q.moveDue(ctx, h.b, h.token, h.calls)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
@@ -107,8 +136,13 @@ func (h *handler) step(ctx context.Context) time.Duration {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
 	}
 	// Wake this process's consumers now, not a pub/sub round trip later;
-	// the notifier skips the message that says the same.
-	h.q.notifyReady(h.b, res.ready)
+	// the notifier skips the message that says the same, and this skips
+	// what the message said first.
+	for _, r := range res.ready {
+		if h.claimWake(res.mark, r.topic) {
+			h.q.notifyReady(h.b, r)
+		}
+	}
 	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
 		h.trimmed = time.Now()
 		if n, err := h.q.trimDead(ctx, h.b); err != nil {

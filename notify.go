@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,26 +16,32 @@ import (
 
 // notifier carries the queue's wake-ups over pub/sub: each bucket's wake
 // channel ("<µs until due>" or "free") to the bucket's handler, and each
-// bucket's ready channel of a topic ("<count>") to the Pops of that topic.
-// On Redis Cluster the channels are sharded (SSUBSCRIBE), one connection per
-// bucket to the master that owns it; elsewhere one connection carries all.
-// Pub/sub loses what is published while a connection is down; when go-redis
-// subscribes again after a reconnect, everyone listening there looks at
-// Redis again. When a bucket's slot moves to another master, that master's
-// Redis drops the sharded subscriptions; the notifier then subscribes anew
-// on the bucket's new master.
+// bucket's ready channel of a topic ("<count>" or "<count>:<move mark>") to
+// the Pops of that topic. On Redis Cluster the channels are sharded
+// (SSUBSCRIBE), one connection per bucket to the master that owns it;
+// elsewhere one connection carries all.
+//
+// Nobody waits for a subscription: a handler moves and a Pop looks at Redis
+// at once, and every confirmation of a subscription, the first one and
+// those that follow a reconnect (pub/sub loses what is published while it is
+// not subscribed), makes everyone behind the channel look at Redis again.
+// When a bucket's slot moves to another master, that master's Redis drops
+// the sharded subscriptions; the notifier then subscribes anew on the
+// bucket's new master. No lock of the notifier is held while it talks to
+// Redis.
 type notifier struct {
 	q       *DelayQueue
 	sharded bool
 	ctx     context.Context // ends at close; for re-subscribing in the background
 	cancel  context.CancelFunc
 	moves   sync.WaitGroup // re-subscriptions under way
+	sends   sync.WaitGroup // subscriptions being sent
 
 	mu       sync.Mutex
 	subs     map[int]*subscription // by bucket when sharded, else only 0
 	routes   map[string]route      // channel -> what it carries
 	topics   map[string]*topicWatch
-	watched  map[string]bool // topics whose subscription was confirmed once
+	watched  map[string]bool // topics whose subscription was sent
 	handlers []*handler
 	dropped  []*subscription // replaced after a slot move; their readers may still run
 	closed   bool
@@ -51,20 +58,16 @@ type route struct {
 type subscription struct {
 	key       int // in notifier.subs
 	ps        *redis.PubSub
-	done      chan struct{} // closed when the reader returns
-	confirmed map[string]chan struct{}
-	moved     bool // Redis dropped it: its slot went to another master
+	done      chan struct{}            // closed when the reader returns; nil until it runs
+	confirmed map[string]chan struct{} // closed at the channel's first confirmation
+	moved     bool                     // Redis dropped it: its slot went to another master
 	closing   sync.Once
 }
 
 // closePS closes the pub/sub connection once.
 func (sub *subscription) closePS() error {
 	var err error
-	sub.closing.Do(func() {
-		if sub.ps != nil {
-			err = sub.ps.Close()
-		}
-	})
+	sub.closing.Do(func() { err = sub.ps.Close() })
 	return err
 }
 
@@ -83,18 +86,18 @@ func newNotifier(ctx context.Context, q *DelayQueue) *notifier {
 	return n
 }
 
-// subscribe subscribes to the channels, which carry what routes say, and
-// waits until Redis confirms every one, so that nothing published
-// afterwards is missed. ctx bounds the wait; the subscription itself goes
-// on after it ends, as go-redis keeps it.
-func (n *notifier) subscribe(ctx context.Context, channels map[string]route) error {
-	var wait []chan struct{}
+// subscribe has the subscriptions to the channels, which carry what routes
+// say, sent in the background, and returns at once. A subscription that
+// cannot be sent now is sent again by go-redis when its reader reconnects.
+// It returns the subscriptions of the channels, and ErrClosed after close.
+func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
-	fresh := map[int][]string{}
+	fresh := map[*subscription][]string{}
+	var subs []*subscription
 	for ch, r := range channels {
 		n.routes[ch] = r
 		key := 0
@@ -103,70 +106,88 @@ func (n *notifier) subscribe(ctx context.Context, channels map[string]route) err
 		}
 		sub := n.subs[key]
 		if sub == nil {
+			// No round trip: go-redis connects at the first (S)SUBSCRIBE,
+			// to the node that owns that channel's slot.
 			sub = &subscription{key: key, confirmed: map[string]chan struct{}{}}
+			if n.sharded {
+				sub.ps = n.q.client.SSubscribe(n.ctx)
+			} else {
+				sub.ps = n.q.client.Subscribe(n.ctx)
+			}
 			n.subs[key] = sub
 		}
-		c, ok := sub.confirmed[ch]
-		if !ok {
-			c = make(chan struct{})
-			sub.confirmed[ch] = c
-			fresh[key] = append(fresh[key], ch)
+		if _, ok := sub.confirmed[ch]; !ok {
+			sub.confirmed[ch] = make(chan struct{})
+			fresh[sub] = append(fresh[sub], ch)
 		}
-		wait = append(wait, c)
+		if !slices.Contains(subs, sub) {
+			subs = append(subs, sub)
+		}
 	}
-	var errs []error
-	for key, chs := range fresh {
-		errs = append(errs, n.subscribeLocked(n.ctx, n.subs[key], chs))
+	// Sent in the background: dialing and writing can take as long as the
+	// network makes them, and nobody waits for them.
+	n.sends.Add(len(fresh))
+	n.mu.Unlock()
+	for sub, chs := range fresh {
+		go func() {
+			defer n.sends.Done()
+			var err error
+			if n.sharded {
+				err = sub.ps.SSubscribe(n.ctx, chs...)
+			} else {
+				err = sub.ps.Subscribe(n.ctx, chs...)
+			}
+			if err != nil {
+				// go-redis has recorded the channels; its reader
+				// subscribes to them when it reconnects.
+				n.q.opts.logger.Debug("delayqueue: cannot subscribe yet; retrying in the background", attrError, err)
+			}
+			n.startReader(sub)
+		}()
+	}
+	return subs, nil
+}
+
+// startReader starts the subscription's reader goroutine, once. It runs
+// after the first (S)SUBSCRIBE, so that a Cluster connection goes to the
+// node of the channels, not to a random one.
+func (n *notifier) startReader(sub *subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if sub.done != nil || n.closed {
+		return
+	}
+	sub.done = make(chan struct{})
+	msgs := sub.ps.ChannelWithSubscriptions(
+		redis.WithChannelSize(1024),
+		redis.WithChannelHealthCheckInterval(max(n.q.opts.poll, time.Second)),
+	)
+	go n.read(sub, msgs)
+}
+
+// confirmedAll waits until Redis has confirmed every channel of the
+// subscriptions, ctx ends, or a subscription is dropped.
+func (n *notifier) confirmedAll(ctx context.Context, subs []*subscription) error {
+	var wait []chan struct{}
+	n.mu.Lock()
+	for _, sub := range subs {
+		for _, c := range sub.confirmed {
+			wait = append(wait, c)
+		}
 	}
 	n.mu.Unlock()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
 	for _, c := range wait {
 		select {
 		case <-c:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-n.q.done:
-			return ErrClosed
 		}
-	}
-	return nil
-}
-
-// subscribeLocked sends the subscription, opening the connection on first
-// use: go-redis picks a Cluster connection's node by its first channel.
-func (n *notifier) subscribeLocked(ctx context.Context, sub *subscription, channels []string) error {
-	var err error
-	switch {
-	case sub.ps == nil && n.sharded:
-		sub.ps = n.q.client.SSubscribe(ctx, channels...)
-	case sub.ps == nil:
-		sub.ps = n.q.client.Subscribe(ctx, channels...)
-	case n.sharded:
-		err = sub.ps.SSubscribe(ctx, channels...)
-	default:
-		err = sub.ps.Subscribe(ctx, channels...)
-	}
-	if sub.done == nil {
-		sub.done = make(chan struct{})
-		msgs := sub.ps.ChannelWithSubscriptions(
-			redis.WithChannelSize(1024),
-			redis.WithChannelHealthCheckInterval(max(n.q.opts.poll, time.Second)),
-		)
-		go n.read(sub, msgs)
-	}
-	if err != nil {
-		for _, ch := range channels {
-			delete(sub.confirmed, ch)
-		}
-		return fmt.Errorf("delayqueue: subscribe: %w", err)
 	}
 	return nil
 }
 
 // listenForHandlers subscribes to every bucket's wake channel.
-func (n *notifier) listenForHandlers(ctx context.Context, hs []*handler) error {
+func (n *notifier) listenForHandlers(hs []*handler) error {
 	n.mu.Lock()
 	n.handlers = hs
 	n.mu.Unlock()
@@ -174,30 +195,28 @@ func (n *notifier) listenForHandlers(ctx context.Context, hs []*handler) error {
 	for b := range n.q.opts.buckets {
 		channels[n.q.keys.bucket(b).wake] = route{bucket: b}
 	}
-	return n.subscribe(ctx, channels)
+	_, err := n.subscribe(channels)
+	return err
 }
 
-// watch returns the topic's watch, subscribed to its ready channels. Only
-// the first Pop of a topic waits for the subscription; later ones rely on
-// it, and on the safety poll while it is being restored.
-func (n *notifier) watch(ctx context.Context, topic string) (*topicWatch, error) {
+// watch returns the topic's watch, and sends the subscription to its ready
+// channels on the first call for the topic.
+func (n *notifier) watch(topic string) (*topicWatch, error) {
 	w := n.topicWatch(topic)
 	n.mu.Lock()
-	watched := n.watched[topic]
+	sent := n.watched[topic]
+	n.watched[topic] = true
 	n.mu.Unlock()
-	if watched {
+	if sent {
 		return w, nil
 	}
 	channels := map[string]route{}
 	for b := range n.q.opts.buckets {
 		channels[n.q.keys.bucket(b).readyChannel(topic)] = route{bucket: b, topic: topic}
 	}
-	if err := n.subscribe(ctx, channels); err != nil {
+	if _, err := n.subscribe(channels); err != nil {
 		return nil, err
 	}
-	n.mu.Lock()
-	n.watched[topic] = true
-	n.mu.Unlock()
 	return w, nil
 }
 
@@ -230,30 +249,27 @@ func (n *notifier) read(sub *subscription, msgs <-chan any) {
 	}
 }
 
-// confirm marks channel subscribed. A second confirmation means go-redis
-// reconnected and subscribed again: whatever was published in between is
-// lost, so everyone listening on that channel looks at Redis again.
+// confirm marks channel subscribed, and has everyone listening on it look at
+// Redis again: whatever was published before, while it was not subscribed
+// (at first, or between a reconnect and go-redis subscribing again), is
+// lost.
 func (n *notifier) confirm(sub *subscription, channel string) {
 	n.mu.Lock()
-	confirmed, again := sub.confirmed[channel], false
-	if confirmed != nil {
+	if c := sub.confirmed[channel]; c != nil {
 		select {
-		case <-confirmed:
-			again = true
+		case <-c:
 		default:
-			close(confirmed)
+			close(c)
 		}
 	}
 	n.mu.Unlock()
-	if again {
-		n.dispatch(channel, "", true)
-	}
+	n.dispatch(channel, "", true)
 }
 
 // moved replaces a subscription that Redis dropped because its bucket's slot
 // went to another master: it subscribes again, on the new master, until
-// that works or the notifier closes, and then has everyone behind it look at
-// Redis again.
+// Redis confirms it there (which makes everyone behind it look again) or the
+// notifier closes.
 func (n *notifier) moved(sub *subscription) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -271,25 +287,29 @@ func (n *notifier) moved(sub *subscription) {
 		_ = sub.closePS()
 		for attempt := 1; n.ctx.Err() == nil; attempt++ {
 			n.q.noteError(n.ctx, errSlotMoved) // have go-redis learn the new owner
+			subs, err := n.subscribe(channels)
+			if err != nil {
+				return // closed
+			}
 			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
-			err := n.subscribe(ctx, channels)
+			err = n.confirmedAll(ctx, subs)
 			cancel()
 			if err == nil {
-				for ch := range channels {
-					n.dispatch(ch, "", true)
-				}
 				return
 			}
+			// Not confirmed in time: still on the old master, say. Drop
+			// it and subscribe afresh.
 			n.mu.Lock()
-			retry := n.subs[sub.key]
-			if retry != nil && !retry.moved {
-				n.dropLocked(retry)
-				for ch := range retry.confirmed { // a Pop may have added a topic meanwhile
-					channels[ch] = n.routes[ch]
+			for _, retry := range subs {
+				if !retry.moved {
+					n.dropLocked(retry)
+					for ch := range retry.confirmed { // a Pop may have added a topic meanwhile
+						channels[ch] = n.routes[ch]
+					}
 				}
 			}
 			n.mu.Unlock()
-			if retry != nil {
+			for _, retry := range subs {
 				_ = retry.closePS()
 			}
 			wait := time.NewTimer(retryBackoff(attempt))
@@ -349,9 +369,9 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	case resync:
 		w.notify(r.bucket, math.MaxInt32)
 	default:
-		payload, from, _ := strings.Cut(payload, ":")
-		if from != "" && h != nil && from == h.token {
-			return // this process's handler moved the jobs, and woke its consumers
+		payload, mark, _ := strings.Cut(payload, ":")
+		if token, _, _ := strings.Cut(mark, ":"); h != nil && token == h.token && !h.claimWake(mark, r.topic) {
+			return // this process's handler woke its consumers from the move's reply
 		}
 		count, err := strconv.Atoi(payload)
 		if err != nil {
@@ -361,25 +381,20 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	}
 }
 
-// notifyReady wakes this process's consumers for jobs that became ready in
-// bucket b.
-func (q *DelayQueue) notifyReady(b int, ready []topicCount) {
-	if len(ready) == 0 {
-		return
-	}
+// notifyReady wakes this process's consumers for jobs of one topic that
+// became ready in bucket b.
+func (q *DelayQueue) notifyReady(b int, ready topicCount) {
 	q.mu.Lock()
 	n := q.notes
 	q.mu.Unlock()
 	if n == nil {
 		return // nobody here pops
 	}
-	for _, r := range ready {
-		n.mu.Lock()
-		w := n.topics[r.topic]
-		n.mu.Unlock()
-		if w != nil {
-			w.notify(b, r.count)
-		}
+	n.mu.Lock()
+	w := n.topics[ready.topic]
+	n.mu.Unlock()
+	if w != nil {
+		w.notify(b, ready.count)
 	}
 }
 
@@ -391,7 +406,7 @@ func (n *notifier) close(ctx context.Context) error {
 	n.cancel()
 	n.moves.Wait()
 	n.mu.Lock()
-	subs := n.dropped
+	subs := slices.Clone(n.dropped)
 	for _, sub := range n.subs {
 		subs = append(subs, sub)
 	}
@@ -402,6 +417,7 @@ func (n *notifier) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("delayqueue: close pub/sub: %w", err))
 		}
 	}
+	n.sends.Wait() // a closed connection ends a send
 	for _, sub := range subs {
 		if sub.done == nil {
 			continue

@@ -150,7 +150,7 @@ func TestRemoveDeadJob(t *testing.T) {
 	_, err := q.Pop(ctx, "t", 0)
 	require.NoError(t, err)
 	advance(time.Second)
-	_, err = q.moveDue(ctx, 0, "token")
+	_, err = q.moveDue(ctx, 0, "token", 0)
 	require.NoError(t, err)
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)

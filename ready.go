@@ -2,7 +2,6 @@ package delayqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -152,16 +151,11 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	// A Pop that does not wait looks at every bucket: a notification for a
 	// job pushed just before may still be on its way.
 	all := timeout <= 0
-	// The first Pop of a topic subscribes to its channels, within its own
-	// timeout: when Redis does not confirm in time, it looks once anyway.
-	wctx, cancel := context.WithDeadline(ctx, deadline)
-	w, err := n.watch(wctx, topic)
-	cancel()
-	switch {
-	case err == nil:
-	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		w, all = n.topicWatch(topic), true
-	default:
+	// The first Pop of a topic sends the subscription to its channels; no
+	// Pop waits for it. Redis's confirmation makes the waiting Pops look
+	// again, covering whatever became ready before it.
+	w, err := n.watch(topic)
+	if err != nil {
 		return nil, err
 	}
 	var timer *time.Timer

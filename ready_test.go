@@ -68,7 +68,7 @@ func TestPopIsWokenWhenAJobBecomesReady(t *testing.T) {
 		// Wait until the Pop is subscribed and waiting, then push.
 		n, err := q.notifier(ctx)
 		require.NoError(t, err)
-		_, err = n.watch(ctx, "t")
+		_, err = n.watch("t")
 		require.NoError(t, err)
 		id := pushed(t, q, &Job{Topic: "t", Delay: 100 * time.Millisecond})
 		job := <-got
@@ -173,6 +173,7 @@ func TestIdlePopSendsRedisAlmostNothing(t *testing.T) {
 	q := newQueue(t, c, WithSafetyPoll(time.Hour))
 	_, err := q.Pop(ctx, "t", 0) // subscribe and look once
 	require.ErrorIs(t, err, ErrNoJob)
+	subscribed(t, q, "t")
 	before := commandCalls(t, c)
 	_, err = q.Pop(ctx, "t", 500*time.Millisecond)
 	require.ErrorIs(t, err, ErrNoJob)
@@ -308,31 +309,20 @@ func pushNow(t testing.TB, q *DelayQueue, n int) {
 	require.NoError(t, err)
 }
 
-func TestNotifierSkipsTheWakeUpOfItsOwnMove(t *testing.T) {
-	ctx := context.Background()
-	q := newQueue(t, miniredisClient(t), WithBuckets(1), WithSafetyPoll(time.Hour))
-	startQueue(t, q)
-	n, err := q.notifier(ctx)
+// subscribed waits until Redis has confirmed the subscription to the ready
+// channels of topic.
+func subscribed(t *testing.T, q *DelayQueue, topic string) {
+	t.Helper()
+	n, err := q.notifier(context.Background())
 	require.NoError(t, err)
-	w, err := n.watch(ctx, "t")
-	require.NoError(t, err)
-	wt := newWaiter()
-	w.candidates(0, false, wt)
-	defer w.leave(wt)
-	channel := q.keys.bucket(0).readyChannels + "t"
-
-	// The handler of this process moved the jobs and woke its consumers
-	// from the script's reply: its own message must not wake more.
-	n.dispatch(channel, "1:"+q.handlers[0].token, false)
-	select {
-	case <-wt.wake:
-		t.Fatal("woken by this process's own move")
-	default:
+	n.mu.Lock()
+	var subs []*subscription
+	for _, sub := range n.subs {
+		subs = append(subs, sub)
 	}
-	n.dispatch(channel, "1:another-process", false)
-	select {
-	case <-wt.wake:
-	default:
-		t.Fatal("not woken by another process's move")
-	}
+	n.mu.Unlock()
+	require.NoError(t, n.confirmedAll(context.Background(), subs))
+	// The confirmations have woken whoever waited; let that look happen.
+	_, err = q.Pop(context.Background(), topic, 0)
+	require.ErrorIs(t, err, ErrNoJob)
 }

@@ -4,13 +4,16 @@
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
--- ARGV[4] ready channel prefix  ARGV[5] publish command
--- returns {moved, next_due_in_us or -1, topic, count, topic, count, ...}
+-- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
+-- number for this call
+-- returns {moved, next_due_in_us or -1, mark, topic, count, topic, count, ...}
 -- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
 -- another token holds the lease.
--- The ready wake-ups carry the token ("count:token"), so that the process
--- that moved the jobs, which wakes its own consumers from the reply, can
--- skip its own message.
+-- The ready wake-ups carry a mark of this run ("count:mark", the mark being
+-- "token:number:server time in us"), so that the process that moved the
+-- jobs, which wakes its own consumers from the reply, can skip its own
+-- message; a run whose reply was lost (go-redis re-sends the call, which
+-- then moves nothing) has a mark of its own, and its message still wakes.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call. An ID whose job is no
@@ -19,7 +22,7 @@
 
 local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ready_channel, pub = ARGV[4], ARGV[5]
+local ready_channel, pub, call = ARGV[4], ARGV[5], ARGV[6]
 
 local holder = redis.call('GET', lock)
 if holder == false then
@@ -32,6 +35,7 @@ end
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
+local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
 local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
 local ready_count, topics = {}, {}
 
@@ -63,9 +67,9 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', bucket, 0, #ids - 1)
 end
 -- Wake as many consumers of each topic as jobs became ready.
-local out = {#ids, -1}
+local out = {#ids, -1, mark}
 for _, topic in ipairs(topics) do
-  redis.call(pub, ready_channel .. topic, ready_count[topic] .. ':' .. token)
+  redis.call(pub, ready_channel .. topic, ready_count[topic] .. ':' .. mark)
   out[#out + 1], out[#out + 2] = topic, ready_count[topic]
 end
 

@@ -1,0 +1,196 @@
+// Package flakyconn makes the connections of a go-redis client misbehave as
+// a network does, for tests: a reply lost after the command ran, a
+// connection that stops answering, a command held back on its way.
+//
+// A Dialer plugs into redis.Options.Dialer (or ClusterOptions.Dialer). Each
+// rule matches the commands whose bytes, lower-cased, contain a string:
+// a script's SHA, say, or "subscribe".
+package flakyconn
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Dialer dials TCP connections that obey its rules.
+type Dialer struct {
+	mu    sync.Mutex
+	rules []*rule
+}
+
+type kind int
+
+const (
+	loseReply kind = iota // the next matching command runs; its reply is lost
+	stall                 // a connection that sent a matching command never answers again
+	hold                  // matching commands wait before they are sent
+)
+
+type rule struct {
+	kind  kind
+	match string
+	used  bool          // loseReply: it fired
+	gate  chan struct{} // hold: closed to let commands through
+}
+
+// LoseNextReply makes the next command that contains match run on the
+// server while its reply is lost: the client's read fails with a timeout,
+// as after a network hiccup, and go-redis sends the command again on
+// another connection. It reports, once fired, through the returned func.
+func (d *Dialer) LoseNextReply(match string) (fired func() bool) {
+	r := d.add(&rule{kind: loseReply, match: strings.ToLower(match)})
+	return func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return r.used
+	}
+}
+
+// Stall makes every connection that sends a command containing match stop
+// answering: its reads wait for their deadline, then fail with a timeout.
+func (d *Dialer) Stall(match string) {
+	d.add(&rule{kind: stall, match: strings.ToLower(match)})
+}
+
+// Hold makes commands containing match wait before they are sent, until
+// release is called.
+func (d *Dialer) Hold(match string) (release func()) {
+	r := d.add(&rule{kind: hold, match: strings.ToLower(match), gate: make(chan struct{})})
+	var once sync.Once
+	return func() { once.Do(func() { close(r.gate) }) }
+}
+
+func (d *Dialer) add(r *rule) *rule {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rules = append(d.rules, r)
+	return r
+}
+
+// Dial has the signature of redis.Options.Dialer.
+func (d *Dialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: c, d: d, closed: make(chan struct{})}, nil
+}
+
+type conn struct {
+	net.Conn
+	d      *Dialer
+	closed chan struct{}
+	once   sync.Once
+
+	mu       sync.Mutex
+	deadline time.Time // for reads
+	wdl      time.Time // for writes
+	mute     bool      // reads wait for their deadline and time out
+	lose     bool      // reads time out at once: the reply is lost
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	cmd := strings.ToLower(string(p))
+	var gates []chan struct{}
+	c.d.mu.Lock()
+	for _, r := range c.d.rules {
+		if !strings.Contains(cmd, r.match) {
+			continue
+		}
+		switch r.kind {
+		case loseReply:
+			if !r.used {
+				r.used = true
+				c.mu.Lock()
+				c.lose = true
+				c.mu.Unlock()
+			}
+		case stall:
+			c.mu.Lock()
+			c.mute = true
+			c.mu.Unlock()
+		case hold:
+			gates = append(gates, r.gate)
+		}
+	}
+	c.d.mu.Unlock()
+	if len(gates) > 0 {
+		c.mu.Lock()
+		expired := after(c.wdl)
+		c.mu.Unlock()
+		for _, g := range gates {
+			select {
+			case <-g:
+			case <-expired:
+				return 0, os.ErrDeadlineExceeded
+			case <-c.closed:
+				return 0, net.ErrClosed
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	lose, mute, deadline := c.lose, c.mute, c.deadline
+	c.mu.Unlock()
+	switch {
+	case lose:
+		return 0, os.ErrDeadlineExceeded
+	case mute:
+		select {
+		case <-after(deadline):
+			return 0, os.ErrDeadlineExceeded
+		case <-c.closed:
+			return 0, net.ErrClosed
+		}
+	}
+	return c.Conn.Read(p)
+}
+
+// after fires at a deadline; never for none.
+func after(deadline time.Time) <-chan time.Time {
+	if deadline.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(deadline))
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.setReadDeadline(t)
+	c.setWriteDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.setWriteDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *conn) setWriteDeadline(t time.Time) {
+	c.mu.Lock()
+	c.wdl = t
+	c.mu.Unlock()
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.setReadDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *conn) setReadDeadline(t time.Time) {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
