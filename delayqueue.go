@@ -27,6 +27,13 @@ type DelayQueue struct {
 	reserves []*coalescer[*reserveCall]
 	finishes []*coalescer[*finishCall]
 
+	// Reserve calls: their names, how long their records live, and the
+	// records to delete (see reserve.lua).
+	reserveCalls atomic.Uint64
+	recordLife   time.Duration
+	forgetMu     sync.Mutex
+	forgets      map[int][]string // by bucket
+
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
 
@@ -71,6 +78,8 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		keys:   newKeyspace(o.name, o.buckets),
 		pub:    "PUBLISH",
 		done:   make(chan struct{}),
+
+		recordLife: recordLife(client),
 	}
 	lanes := 1
 	if _, ok := client.(*redis.ClusterClient); ok {

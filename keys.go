@@ -24,6 +24,7 @@ import (
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
+//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until its reply is in
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
 // Each bucket also has pub/sub channels under its tag. On Redis Cluster the
@@ -39,8 +40,8 @@ type keyspace struct {
 
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
-	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, leases string
-	wake, readyChannels                                           string // channel, and prefix of the topics' channels
+	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, leases, records string
+	wake, readyChannels                                                    string // channel, and prefix of the topics' channels
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -55,6 +56,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			lock:          prefix + "lock",
 			deadTopics:    prefix + "deadtopics",
 			leases:        prefix + "leases",
+			records:       prefix + "rsv:",
 			wake:          prefix + "ev:wake",
 			readyChannels: prefix + "ev:ready:",
 		}
@@ -85,6 +87,10 @@ func bucketTag(name string, b, n int) string {
 
 // ready is the ready list of topic in this bucket.
 func (bk bucketKeys) ready(topic string) string { return bk.readyPrefix + topic }
+
+// record is where reserve.lua keeps what the reserve call named call
+// reserved.
+func (bk bucketKeys) record(call string) string { return bk.records + call }
 
 // dead is the dead-letter set of topic in this bucket.
 func (bk bucketKeys) dead(topic string) string { return bk.deadPrefix + topic }

@@ -69,14 +69,18 @@ func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserv
 	for i, g := range groups {
 		bk := q.keys.bucket(g.key.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys: []string{bk.ready(g.key.topic), bk.pool, bk.zset, bk.leases},
-			args: []any{bk.wake, q.pub, staleSkips, g.key.topic, g.size}}
+			keys: []string{bk.ready(g.key.topic), bk.pool, bk.zset, bk.leases, bk.record(q.callName())},
+			args: []any{bk.wake, q.pub, staleSkips, g.key.topic, g.size, q.recordLife.Milliseconds()}}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
 		jobs, status, err := reserveResult(calls[i].cmd)
 		if err != nil {
 			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.key.topic, g.key.b, err)
+		} else if len(jobs) > 0 {
+			// The reply is in: go-redis sends the call no more, and its
+			// record can go.
+			q.forget(g.key.b, calls[i].keys[4])
 		}
 		for _, r := range g.reqs {
 			n := min(r.in.want, len(jobs))

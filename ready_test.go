@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/flakyconn"
 	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -325,4 +326,83 @@ func subscribed(t *testing.T, q *DelayQueue, topic string) {
 	// The confirmations have woken whoever waited; let that look happen.
 	_, err = q.Pop(context.Background(), topic, 0)
 	require.ErrorIs(t, err, ErrNoJob)
+}
+
+func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		ids := []string{pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"})}
+		bk := q.keys.bucket(0)
+		// One reserve call as go-redis sends it, and sends it again when
+		// the reply is lost.
+		call := func() *redis.Cmd {
+			return scriptReserve.Run(ctx, be.client,
+				[]string{bk.ready("t"), bk.pool, bk.zset, bk.leases, bk.record("call-1")},
+				bk.wake, q.pub, staleSkips, "t", 2, 60_000)
+		}
+		first, _, err := reserveResult(call())
+		require.NoError(t, err)
+		again, _, err := reserveResult(call())
+		require.NoError(t, err)
+		require.Len(t, first, 2)
+		assert.Equal(t, first, again, "the second run answers with the first one's jobs")
+		for _, job := range first {
+			got, err := q.Get(ctx, job.ID)
+			require.NoError(t, err)
+			assert.Equal(t, 1, got.Attempts, "one attempt spent")
+		}
+		rest, err := q.Get(ctx, ids[2])
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, rest.State, "the second run reserved nothing more")
+
+		// Once the first job is finished, a late run answers with what
+		// the first run reserved and is still held under its leases.
+		require.NoError(t, q.finish(ctx, first[0].ID, first[0].lease))
+		late, _, err := reserveResult(call())
+		require.NoError(t, err)
+		assert.Equal(t, first[1:], late)
+		ttl, err := be.client.PTTL(ctx, bk.record("call-1")).Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, time.Duration(0), "a record expires on its own")
+	})
+}
+
+func TestALostReserveReplySpendsNoAttempt(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		q := newQueue(t, c, WithBuckets(1), WithMaxAttempts(1), WithDefaultTTR(200*time.Millisecond))
+		a := pushed(t, q, &Job{Topic: "t"})
+		b := pushed(t, q, &Job{Topic: "t"})
+		// The reserve call runs, its reply is lost, and go-redis sends it
+		// again: the Pop must get what the first run reserved, or that job
+		// would go to the dead letters after its TTR, never received.
+		require.NoError(t, scriptReserve.Load(ctx, c).Err()) // or the lost reply would be NOSCRIPT's
+		fired := d.LoseNextReply(scriptReserve.Hash())
+		first, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.True(t, fired())
+		assert.Equal(t, a, first.ID)
+		assert.Equal(t, 1, first.Attempts)
+		require.NoError(t, q.Finish(ctx, first.ID))
+		second, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, b, second.ID)
+		require.NoError(t, q.Finish(ctx, second.ID))
+
+		startQueue(t, q)
+		require.Eventually(t, func() bool {
+			st, err := q.Stats(ctx, "t")
+			return err == nil && st.Scheduled == 0
+		}, 30*time.Second, 10*time.Millisecond, "no reservation is left to run out")
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Zero(t, st.Dead, "no job went to the dead letters")
+		assert.Zero(t, st.Jobs, "both were finished")
+		for _, k := range keysOf(t, c) {
+			if strings.Contains(k, "{"+q.opts.name+":") {
+				assert.NotContains(t, k, ":rsv:", "the records of answered reserve calls are deleted")
+			}
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -76,15 +77,21 @@ func (q *DelayQueue) flushCalls(ctx context.Context, batch []*request[*scriptCal
 }
 
 // sendCalls sends script calls, in one pipeline when there are several (one
-// round trip per node), and sets each call's reply.
+// round trip per node), and sets each call's reply. The records of reserve
+// calls whose replies are in ride along, deleted in the same pipeline.
 func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
-	if len(calls) == 1 {
+	forgotten := q.forgotten()
+	if len(calls) == 1 && len(forgotten) == 0 {
 		c := calls[0]
 		c.cmd = c.script.Run(ctx, q.client, c.keys, c.args...)
 	} else {
 		pipe := q.client.Pipeline()
 		for _, c := range calls {
 			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		dels := make([]*redis.IntCmd, 0, len(forgotten))
+		for _, keys := range forgotten {
+			dels = append(dels, pipe.Del(ctx, keys...))
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
 		for _, c := range calls {
@@ -94,10 +101,67 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 				c.cmd = c.script.Run(ctx, q.client, c.keys, c.args...)
 			}
 		}
+		for _, del := range dels {
+			if err := del.Err(); err != nil {
+				// The records expire on their own.
+				q.opts.logger.Debug("delayqueue: cannot delete reserve records", attrError, err)
+			}
+		}
 	}
 	for _, c := range calls {
 		q.noteError(ctx, c.cmd.Err())
 	}
+}
+
+// forget has the record of a reserve call in bucket b deleted with the next
+// script calls that go out.
+func (q *DelayQueue) forget(b int, record string) {
+	q.forgetMu.Lock()
+	defer q.forgetMu.Unlock()
+	if q.forgets == nil {
+		q.forgets = map[int][]string{}
+	}
+	q.forgets[b] = append(q.forgets[b], record)
+}
+
+// forgotten takes the records to delete, by bucket.
+func (q *DelayQueue) forgotten() map[int][]string {
+	q.forgetMu.Lock()
+	defer q.forgetMu.Unlock()
+	f := q.forgets
+	q.forgets = nil
+	return f
+}
+
+// callName returns a name no other reserve call of any process has: this
+// instance's ID prefix and a count. '.' is not a base-58 digit.
+func (q *DelayQueue) callName() string {
+	n := q.reserveCalls.Add(1)
+	return string(appendBase58([]byte(*q.ids.prefix.Load()+"."), n))
+}
+
+// recordLife is how long a reserve call's record lives when its caller
+// never deletes it (the process died, or gave up on the reply): longer than
+// go-redis can go on re-sending the call, as the client's options set it.
+func recordLife(client redis.UniversalClient) time.Duration {
+	var retries int
+	var dial, read, write, backoff time.Duration
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		retries, dial, read, write, backoff = o.MaxRetries, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetryBackoff
+	case *redis.ClusterClient:
+		o := c.Options()
+		retries, dial, read, write, backoff = o.MaxRetries, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetryBackoff
+	default:
+		return time.Minute
+	}
+	if read <= 0 || write <= 0 {
+		// No timeout: a lost reply shows as a broken connection.
+		read, write = max(read, 10*time.Second), max(write, 10*time.Second)
+	}
+	life := time.Duration(max(retries, 0)+1) * (dial + write + read + backoff)
+	return min(max(life, 30*time.Second), 10*time.Minute)
 }
 
 // noteError asks a Cluster client to reload its slot map after a connection

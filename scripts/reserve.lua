@@ -1,8 +1,11 @@
 -- reserve.lua: pop up to a count of ready jobs of a topic from one bucket and
 -- reserve them.
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] lease counter
+-- KEYS[5] this call's record (a key of the caller's choosing, new for every
+-- call)
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
+-- ARGV[6] how long the record lives, ms
 -- returns {status, id, job, id, job, ...}: the jobs reserved, and status 1 when
 -- as many as asked were reserved, 0 when the list ran empty, 2 when the
 -- stale IDs dropped reached the limit and the list may hold more.
@@ -15,13 +18,41 @@
 -- again, ever share a lease.
 -- The reservation lasts the job's TTR: the job waits in the bucket, scored by
 -- its lease deadline, and is moved back to ready if not finished by then.
--- Running it twice reserves more jobs; the first ones come back after their TTR.
+-- Running it twice returns the same jobs: a call that reserves jobs records
+-- what it reserved under KEYS[5] before it changes anything, and a second
+-- run of the call (go-redis re-sends it when the reply was lost) answers
+-- from the record, so a reservation whose reply never arrived does not
+-- spend an attempt of a job nobody received. The caller deletes the record
+-- once it has the reply; it expires in any case.
 
-local ready, pool, bucket, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ready, pool, bucket, leases, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 -- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
 -- maxReserve (ready.go), and the script never takes more than 1,000.
 local want = math.min(tonumber(ARGV[5]), 1000)
+local keep = tonumber(ARGV[6])
+
+-- replay answers a second run from the record ("status\nlease\nid\nid..."):
+-- the jobs the first run reserved, those still reserved under its leases.
+local function replay(rec)
+  local fields = {}
+  for f in string.gmatch(rec, '[^\n]+') do
+    fields[#fields + 1] = f
+  end
+  local status, base = tonumber(fields[1]), tonumber(fields[2])
+  local out = {status}
+  for i = 3, #fields do
+    local id = fields[i]
+    local v = redis.call('HGET', pool, id)
+    if v then
+      local job = decode(v)
+      if job.state == RESERVED and job.lease == base + i - 2 then
+        out[#out + 1], out[#out + 2] = id, v
+      end
+    end
+  end
+  return out
+end
 
 -- The IDs are read first and trimmed off the list last, after the jobs are
 -- written: a script that fails half-way leaves the list as it was.
@@ -53,15 +84,25 @@ while #found < want do
   end
 end
 if #found == 0 then
+  -- An empty list may be the work of this call's first run.
+  local rec = redis.call('GET', record)
+  if rec then
+    return replay(rec)
+  end
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
   end
   return {status}
 end
 
+local lease = redis.call('INCRBY', leases, #found) - #found
+local rec = status .. '\n' .. string.format('%d', lease) .. '\n' .. table.concat(found, '\n')
+if not redis.call('SET', record, rec, 'NX', 'PX', keep) then
+  return replay(redis.call('GET', record)) -- the leases just taken go unused
+end
+
 local now = now_us()
 local now_ms = floor(now / 1000)
-local lease = redis.call('INCRBY', leases, #found) - #found
 local out, fields, scores, first = {status}, {}, {}, nil
 for i, id in ipairs(found) do
   local job = jobs[i]
