@@ -27,6 +27,8 @@ type DelayQueue struct {
 	reserves []*coalescer[*reserveCall]
 	finishes []*coalescer[*finishCall]
 
+	held heldSet // reservations Pop returned, for Finish to check
+
 	// Reserve calls: their names, how long their records live, and the
 	// records to delete (see reserve.lua).
 	reserveCalls atomic.Uint64

@@ -56,6 +56,13 @@ func runHelper(mode string) int {
 	switch mode {
 	case "push":
 		return pushHelper(c, opts)
+	case "finish-late":
+		q, err := New(c, opts...)
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		return finishLateHelper(q)
 	case "hold": // pop DQ_N jobs, say so, and hold them until killed
 		q, err := New(c, opts...)
 		if err != nil {
@@ -96,6 +103,13 @@ func runHelper(mode string) int {
 		return 2
 	}
 	select {} // until killed
+}
+
+// readLine reads a line from stdin, as a helper is told what to do, and
+// reports whether it is want.
+func readLine(want string) bool {
+	in := bufio.NewScanner(os.Stdin)
+	return in.Scan() && in.Text() == want
 }
 
 // child is a helper process.

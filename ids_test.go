@@ -1,7 +1,6 @@
 package delayqueue
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -217,7 +216,7 @@ func pushHelper(c *redis.Client, opts []Option) int {
 		return 1
 	}
 	fmt.Println("opened")
-	if in := bufio.NewScanner(os.Stdin); !in.Scan() || in.Text() != "go" {
+	if !readLine("go") {
 		return 1
 	}
 	n, _ := strconv.Atoi(os.Getenv("DQ_N"))

@@ -51,16 +51,33 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	return job, nil
 }
 
-// Finish marks a reserved job done and deletes it. It returns ErrNotFound
-// when no such job exists and ErrNotReserved when the job is not reserved
-// (its reservation ran out and it went back to ready, say). A Finish whose
-// reply was lost and that the client re-sent returns ErrNotFound although the
-// job was finished: treat ErrNotFound from Finish as "already gone".
+// Finish marks a reserved job done and deletes it. When this DelayQueue
+// popped the job, Finish checks that the reservation it popped still holds:
+// once that ran out and the job went back to ready or to another consumer,
+// Finish changes nothing and returns ErrLeaseLost, so a stale consumer
+// cannot delete a job that another one now works on. A job this
+// DelayQueue did not pop (popped by another process, or by this one more
+// than an hour after that reservation ran out) is finished in whatever
+// reservation it is now, as any process may. If the job was popped again
+// by this DelayQueue, the latest reservation is the one checked. Finish
+// returns ErrNotFound when no such job exists and ErrNotReserved when the
+// job is not reserved. A Finish whose reply was lost and that the client
+// re-sent returns ErrNotFound although the job was finished: treat
+// ErrNotFound from Finish as "already gone".
 func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 	if q.closed.Load() {
 		return ErrClosed
 	}
-	return q.finish(ctx, id, "")
+	var lease any = ""
+	held := q.held.lease(id)
+	if held != 0 {
+		lease = held
+	}
+	if err := q.finish(ctx, id, lease); err != nil {
+		return err
+	}
+	q.held.settled(id, held)
+	return nil
 }
 
 // finishCall is one job to finish.
@@ -142,6 +159,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	if r == 0 {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
+	q.held.settled(id, 0)
 	return nil
 }
 

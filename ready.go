@@ -132,10 +132,15 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 // a bad topic. While it waits it sends Redis nothing: it is woken by the
 // handler that makes a job ready. It is safe for concurrent use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
+	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
 	if err != nil {
 		return nil, err
 	}
+	// Finish(ctx, id) checks this reservation (see held.go). A look that
+	// found the job was sent after sent: the reservation ends later than
+	// sent plus the TTR.
+	q.held.add(jobs, sent)
 	return jobs[0], nil
 }
 

@@ -118,7 +118,11 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	if err != nil {
 		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)
 	}
-	return leaseResult(job.ID, res)
+	if err := leaseResult(job.ID, res); err != nil {
+		return err
+	}
+	q.held.settled(job.ID, job.lease)
+	return nil
 }
 
 // Touch extends a popped job's reservation to its full TTR from now, for
@@ -134,6 +138,7 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
+	sent := time.Now()
 	res, err := q.run(ctx, b, scriptTouch, []string{bk.pool, bk.zset},
 		job.ID, job.lease, 0, bk.wake, q.pub).Int64Slice()
 	if err != nil {
@@ -143,6 +148,7 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 		return err
 	}
 	job.ReservedUntil = time.UnixMilli(res[1])
+	q.held.extend(job.ID, job.lease, sent.Add(job.TTR))
 	return nil
 }
 
@@ -169,7 +175,11 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 	if err != nil {
 		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
 	}
-	return leaseResult(job.ID, []int64{r})
+	if err := leaseResult(job.ID, []int64{r}); err != nil {
+		return err
+	}
+	q.held.settled(job.ID, job.lease)
+	return nil
 }
 
 // Reschedule moves a delayed or ready job to a new due time: after delay

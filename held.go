@@ -1,0 +1,74 @@
+package delayqueue
+
+import (
+	"sync"
+	"time"
+)
+
+// The reservations a DelayQueue popped and has not settled, so that a plain
+// Finish(ctx, id) is checked against the reservation this instance got:
+// once it ran out and the job went to another consumer, a late Finish must
+// not delete the job the other one holds.
+
+// heldHorizon is how long after its reservation ran out an unsettled one is
+// remembered. Past it, Finish of that ID finishes whatever reservation the
+// job has, as for a job this instance never popped.
+const heldHorizon = time.Hour
+
+type heldSet struct {
+	mu      sync.Mutex
+	jobs    map[string]heldJob // by job ID: the latest reservation popped
+	pruneAt int                // prune when the map grows to this
+}
+
+type heldJob struct {
+	lease int64
+	until time.Time // when the reservation runs out, on this process's clock, at the latest
+}
+
+// add records reservations just popped; since is when the pop was sent.
+func (s *heldSet) add(jobs []*Job, since time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jobs == nil {
+		s.jobs = map[string]heldJob{}
+	}
+	for _, job := range jobs {
+		s.jobs[job.ID] = heldJob{job.lease, since.Add(job.TTR)}
+	}
+	if len(s.jobs) >= s.pruneAt {
+		cutoff := time.Now().Add(-heldHorizon)
+		for id, h := range s.jobs {
+			if h.until.Before(cutoff) {
+				delete(s.jobs, id)
+			}
+		}
+		s.pruneAt = max(2*len(s.jobs), 1024)
+	}
+}
+
+// lease returns the lease of the reservation of id that this instance
+// holds, or 0 for none.
+func (s *heldSet) lease(id string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs[id].lease
+}
+
+// extend records that the reservation under lease runs until until.
+func (s *heldSet) extend(id string, lease int64, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.jobs[id]; ok && h.lease == lease {
+		s.jobs[id] = heldJob{lease, until}
+	}
+}
+
+// settled forgets the reservation of id under lease (0: whichever).
+func (s *heldSet) settled(id string, lease int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.jobs[id]; ok && (lease == 0 || h.lease == lease) {
+		delete(s.jobs, id)
+	}
+}
