@@ -11,8 +11,11 @@ import (
 
 // Handler does the work of one job. Returning nil finishes the job; an error
 // (or a panic) retries it after the queue's backoff, or sends it to the dead
-// letters when its attempts ran out. ctx ends when the consumer's grace
-// period after shutdown runs out.
+// letters when its attempts ran out. While it runs, Consume extends the
+// job's reservation in the background, so that no other consumer receives
+// it. ctx ends at the consumer's MaxRunTime, when the job's reservation is
+// lost (context.Cause is ErrLeaseLost) or the job removed (ErrNotFound), and
+// when the grace period after shutdown runs out.
 type Handler func(ctx context.Context, job *Job) error
 
 // Middleware wraps a Handler, to log, measure or trace around it.
@@ -25,14 +28,28 @@ type ConsumeOptions struct {
 	// Grace is how long running handlers may go on after ctx ends, before
 	// their contexts are cancelled and their jobs released. Default: 10s.
 	Grace time.Duration
+	// MaxRunTime bounds how long a handler may run on one job. Until then
+	// Consume extends the job's reservation, by its TTR, whenever a third
+	// of it has passed, in one call per bucket for all the jobs that need
+	// it; so a job runs once however short its TTR, and comes back after
+	// its TTR only when its process dies or stalls. At MaxRunTime the
+	// handler's ctx ends and the extensions stop: the job is retried when
+	// the handler returns an error, and delivered again after its TTR when
+	// it does not return. Default: 30 minutes, or the job's TTR when that is
+	// longer.
+	MaxRunTime time.Duration
 	// Middleware wraps the handler; the first is outermost.
 	Middleware []Middleware
 }
 
+// defaultMaxRunTime is ConsumeOptions.MaxRunTime's default.
+const defaultMaxRunTime = 30 * time.Minute
+
 // Consume pops jobs of topic and runs handler on each, up to Concurrency at a
 // time, until ctx ends or the queue is closed. A handler's success finishes
 // its job; an error or a panic retries it with backoff and records the
-// error as the job's LastError. When ctx ends, Consume stops popping, lets
+// error as the job's LastError. While a handler runs, its job's reservation
+// is extended (see MaxRunTime). When ctx ends, Consume stops popping, lets
 // running handlers finish for up to Grace, then cancels their contexts and
 // releases their jobs back to ready at once (the attempt does not count),
 // and returns nil once every handler has returned: a handler that ignores
@@ -51,6 +68,8 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		return fmt.Errorf("%w: negative concurrency %d", ErrInvalidOption, opts.Concurrency)
 	case opts.Grace < 0:
 		return fmt.Errorf("%w: negative grace %v", ErrInvalidOption, opts.Grace)
+	case opts.MaxRunTime < 0:
+		return fmt.Errorf("%w: negative MaxRunTime %v", ErrInvalidOption, opts.MaxRunTime)
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
@@ -65,11 +84,23 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		handler = opts.Middleware[i](handler)
 	}
 
-	c := &consumer{q: q, handler: handler, running: map[*Job]bool{}}
+	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime,
+		running: map[*Job]*running{}, kick: make(chan struct{}, 1)}
 	// Handlers outlive ctx by the grace period; their own context ends then.
 	var stopHandlers context.CancelFunc
 	c.ctx, stopHandlers = context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHandlers()
+	// The keeper extends reservations until every handler has returned.
+	kctx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		c.keep(kctx)
+	}()
+	defer func() {
+		stopKeeper()
+		<-kept
+	}()
 
 	err := c.fetch(ctx, topic, opts.Concurrency)
 
@@ -93,11 +124,22 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 type consumer struct {
 	q       *DelayQueue
 	handler Handler
+	maxRun  time.Duration   // 0: the default
 	ctx     context.Context // the handlers' context
 	wg      sync.WaitGroup
+	kick    chan struct{} // buffered: a job started; the keeper plans again
 
 	mu      sync.Mutex
-	running map[*Job]bool // jobs whose handlers run and that are still ours to settle
+	running map[*Job]*running // jobs whose handlers run and that are still ours to settle
+}
+
+// running is a job whose handler runs.
+type running struct {
+	ref     *Job              // what the keeper passes to extend: ID, TTR, lease
+	cancel  func(cause error) // ends the handler's ctx
+	renewed time.Time         // the reservation lasts at least TTR from this
+	stop    time.Time         // extensions end here: the handler's ctx has ended
+	lost    bool              // the reservation is gone; no more extensions
 }
 
 // fetch pops jobs while handler slots are free, until ctx ends or the queue
@@ -123,6 +165,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 				break more
 			}
 		}
+		sent := time.Now()
 		jobs, err := c.q.pop(ctx, topic, free, c.q.opts.poll)
 		for range free - len(jobs) {
 			<-slots
@@ -153,34 +196,63 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		}
 		failures = 0
 		for _, job := range jobs {
-			c.track(job, true)
+			hctx := c.start(job, sent)
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
 				defer func() { <-slots }()
-				c.run(job)
+				c.run(hctx, job)
 			}()
 		}
 	}
 }
 
+// start enlists a job whose reserve call was sent at sent, and returns its
+// handler's context.
+func (c *consumer) start(job *Job, sent time.Time) context.Context {
+	maxRun := c.maxRun
+	if maxRun == 0 {
+		maxRun = max(defaultMaxRunTime, job.TTR)
+	}
+	ctx, cancelCause := context.WithCancelCause(c.ctx)
+	ctx, cancelDeadline := context.WithDeadline(ctx, sent.Add(maxRun))
+	cancel := func(cause error) {
+		cancelCause(cause)
+		cancelDeadline()
+	}
+	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, lease: job.lease},
+		cancel: cancel, renewed: sent, stop: sent.Add(maxRun)}
+	c.mu.Lock()
+	c.running[job] = r
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return ctx
+}
+
 // run calls the handler on one job and settles the job by its outcome.
-func (c *consumer) run(job *Job) {
-	err := c.call(job)
-	if !c.track(job, false) {
+func (c *consumer) run(ctx context.Context, job *Job) {
+	err := c.call(ctx, job)
+	r, ours := c.finished(job)
+	if r != nil {
+		defer r.cancel(context.Canceled)
+	}
+	if !ours {
 		return // released at shutdown; the job is no longer ours
 	}
 	// Settle even when the handlers' context has ended.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 10*time.Second)
 	defer cancel()
 	log := c.q.opts.logger
 	switch {
 	case err == nil:
-		err = c.q.finish(ctx, job.ID, job.lease)
+		err = c.q.finish(sctx, job.ID, job.lease)
 	case c.ctx.Err() != nil:
-		err = c.q.release(ctx, job) // stopped by shutdown, not failed
+		err = c.q.release(sctx, job) // stopped by shutdown, not failed
 	default:
-		err = c.q.retry(ctx, job, err)
+		err = c.q.retry(sctx, job, err)
 	}
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
 		log.Debug("delayqueue: job was no longer held when its handler returned", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
@@ -190,27 +262,23 @@ func (c *consumer) run(job *Job) {
 }
 
 // call runs the handler, turning a panic into an error.
-func (c *consumer) call(job *Job) (err error) {
+func (c *consumer) call(ctx context.Context, job *Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("delayqueue: handler panicked: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return c.handler(c.ctx, job)
+	return c.handler(ctx, job)
 }
 
-// track adds a job to, or takes it off, the running set. Taking off reports
-// whether the job was still the consumer's to settle.
-func (c *consumer) track(job *Job, add bool) bool {
+// finished takes a job whose handler returned off the running set, and
+// reports whether it was still the consumer's to settle.
+func (c *consumer) finished(job *Job) (*running, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if add {
-		c.running[job] = true
-		return true
-	}
-	ours := c.running[job]
+	r, ours := c.running[job]
 	delete(c.running, job)
-	return ours
+	return r, ours
 }
 
 // releaseRunning gives the jobs whose handlers outlived the grace period
@@ -230,4 +298,97 @@ func (c *consumer) releaseRunning() {
 			c.q.opts.logger.Debug("delayqueue: cannot release job at shutdown", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
 		}
 	}
+}
+
+// keep extends the reservations of running jobs until ctx ends: when a
+// third of a job's TTR has passed since its last extension, it extends
+// every job past a sixth of its own, so that jobs started together share
+// their calls.
+func (c *consumer) keep(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	for {
+		wait, ok := c.nextExtension(time.Now())
+		if failures > 0 {
+			wait, ok = retryBackoff(failures), true
+		}
+		if !ok {
+			wait = time.Hour // until a job starts
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+			continue
+		case <-timer.C:
+		}
+		if err := c.extend(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			c.q.opts.logger.Warn("delayqueue: consumer cannot extend its reservations; retrying", attrError, err)
+		} else {
+			failures = 0
+		}
+	}
+}
+
+// nextExtension is how long until a running job's reservation needs
+// extending, if any does.
+func (c *consumer) nextExtension(now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Time
+	for _, r := range c.running {
+		if r.lost || !now.Before(r.stop) {
+			continue
+		}
+		at := r.renewed.Add(max(r.ref.TTR/3, time.Millisecond))
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return max(next.Sub(now), 0), !next.IsZero()
+}
+
+// extend extends the reservations that are a sixth or more through.
+func (c *consumer) extend(ctx context.Context) error {
+	now := time.Now()
+	var jobs []*Job
+	var runs []*running
+	c.mu.Lock()
+	for _, r := range c.running {
+		if !r.lost && now.Before(r.stop) && now.Sub(r.renewed) >= r.ref.TTR/6 {
+			jobs, runs = append(jobs, r.ref), append(runs, r)
+		}
+	}
+	c.mu.Unlock()
+	if len(jobs) == 0 {
+		return nil
+	}
+	errs, err := c.q.extend(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range runs {
+		if errs[i] == nil {
+			r.renewed = now
+			continue
+		}
+		// Gone to another consumer, or removed: the handler works for
+		// nothing, and its ctx says why.
+		r.lost = true
+		switch {
+		case errors.Is(errs[i], ErrLeaseLost):
+			r.cancel(ErrLeaseLost)
+		default:
+			r.cancel(ErrNotFound)
+		}
+	}
+	return nil
 }

@@ -3,12 +3,17 @@ package delayqueue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -208,4 +213,230 @@ func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
 		_, err = other.Get(bg, id)
 		assert.ErrorIs(t, err, ErrNotFound, "the handler's success still finished the job")
 	})
+}
+
+// work stands for a handler's work: it takes d, or ends with ctx.
+func work(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func TestConsumeRunsAJobLongerThanThreeTTRsOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		startQueue(t, q) // a job whose reservation ran out would come back
+		const ttr = 200 * time.Millisecond
+		id := pushed(t, q, &Job{Topic: "t", TTR: ttr})
+		var calls atomic.Int64
+		var finished atomic.Bool
+		h := func(ctx context.Context, job *Job) error {
+			calls.Add(1)
+			if err := work(ctx, 3*ttr+ttr/2); err != nil {
+				return err
+			}
+			finished.Store(true)
+			return nil
+		}
+		consumeUntil(t, q, h, ConsumeOptions{Concurrency: 4}, func() bool {
+			_, err := q.Get(ctx, id)
+			return finished.Load() && errors.Is(err, ErrNotFound)
+		})
+		assert.Equal(t, int64(1), calls.Load(), "the handler ran once, and its success finished the job")
+	})
+}
+
+func TestConsumeEndsAHandlerAtMaxRunTime(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBackoff(BackoffSchedule(0)))
+		startQueue(t, q)
+		id := pushed(t, q, &Job{Topic: "t", TTR: 100 * time.Millisecond})
+		var mu sync.Mutex
+		var causes []error
+		var done atomic.Bool
+		h := func(ctx context.Context, job *Job) error {
+			mu.Lock()
+			first := len(causes) == 0
+			mu.Unlock()
+			if !first {
+				done.Store(true)
+				return nil
+			}
+			<-ctx.Done() // a handler stuck until its ctx ends
+			mu.Lock()
+			causes = append(causes, context.Cause(ctx))
+			mu.Unlock()
+			return ctx.Err()
+		}
+		consumeUntil(t, q, h, ConsumeOptions{MaxRunTime: 400 * time.Millisecond}, func() bool {
+			_, err := q.Get(ctx, id)
+			return done.Load() && errors.Is(err, ErrNotFound)
+		})
+		require.Len(t, causes, 1)
+		assert.ErrorIs(t, causes[0], context.DeadlineExceeded, "its ctx ended at MaxRunTime, not at the TTR")
+	})
+}
+
+func TestConsumeEndsTheHandlerOfARemovedJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		id := pushed(t, q, &Job{Topic: "t", TTR: 150 * time.Millisecond})
+		running := make(chan struct{})
+		cause := make(chan error, 1)
+		h := func(ctx context.Context, job *Job) error {
+			close(running)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		var got error
+		consumeUntil(t, q, h, ConsumeOptions{}, func() bool {
+			select {
+			case <-running:
+			default:
+				return false
+			}
+			_ = q.Remove(ctx, id) // the order was paid while its cancellation ran
+			select {
+			case got = <-cause:
+				return true
+			default:
+				return false
+			}
+		})
+		assert.ErrorIs(t, got, ErrNotFound, "the handler's ctx ends, saying why")
+	})
+}
+
+// scriptCounter counts a client's calls of one script, pipelined or not.
+type scriptCounter struct {
+	sha string
+	n   atomic.Int64
+}
+
+func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			s.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (s *scriptCounter) count(cmd redis.Cmder) {
+	if args := cmd.Args(); len(args) > 1 && args[1] == s.sha {
+		s.n.Add(1)
+	}
+}
+
+func TestConsumeExtendsManyReservationsInOneCall(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Shared(t).Client(t)
+	touches := &scriptCounter{sha: scriptTouch.Hash()}
+	c.AddHook(touches)
+	q := newQueue(t, c, WithBuckets(1))
+	startQueue(t, q)
+	const n, ttr, run = 20, 300 * time.Millisecond, 1500 * time.Millisecond
+	jobs := make([]*Job, n)
+	for i := range jobs {
+		jobs[i] = &Job{Topic: "t", TTR: ttr}
+	}
+	_, err := q.PushMany(ctx, jobs)
+	require.NoError(t, err)
+	var calls, done atomic.Int64
+	h := func(ctx context.Context, job *Job) error {
+		calls.Add(1)
+		if err := work(ctx, run); err != nil {
+			return err
+		}
+		done.Add(1)
+		return nil
+	}
+	consumeUntil(t, q, h, ConsumeOptions{Concurrency: n}, func() bool { return done.Load() == n })
+	// One job at a time would take at least 3 extensions per TTR each:
+	// n * run / (ttr / 3) = 100 calls.
+	t.Logf("EXTEND %d jobs running %v with TTR %v: %d touch calls", n, run, ttr, touches.n.Load())
+	assert.Equal(t, int64(n), calls.Load(), "each job ran once")
+	assert.LessOrEqual(t, touches.n.Load(), int64(n*run/(ttr/3)/4), "the extensions of jobs running together share calls")
+	st, err := q.Stats(ctx, "t")
+	require.NoError(t, err)
+	assert.Zero(t, st.Jobs)
+}
+
+// TestFaultConsumerProcessRunsALongJobOnce runs Consume in a worker process
+// of its own, on a job that takes 3.5 times its TTR, while this process,
+// which never consumes, moves due jobs (and expired reservations).
+func TestFaultConsumerProcessRunsALongJobOnce(t *testing.T) {
+	s := redistest.Shared(t)
+	c := s.Client(t)
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name))
+	startQueue(t, q)
+	const ttr = 300 * time.Millisecond
+	id := pushed(t, q, &Job{Topic: "t", TTR: ttr})
+	worker := startChild(t, "consume", s.Addr, name, "DQ_RUN="+(3*ttr+ttr/2).String())
+	worker.expect(t, "start "+id+" 1")
+	worker.expect(t, "done "+id)
+	require.Eventually(t, func() bool {
+		_, err := q.Get(context.Background(), id)
+		return errors.Is(err, ErrNotFound)
+	}, 30*time.Second, 5*time.Millisecond, "the job is finished")
+	worker.signal(t, syscall.SIGKILL)
+	_ = worker.cmd.Wait() // its output is complete
+	assert.False(t, worker.out.Scan(), "no second start: %q", worker.out.Text())
+	t.Logf("FAULT worker process, job of 3.5 x TTR: ran once, finished")
+}
+
+// TestFaultKilledConsumerProcesssJobComesBack kills a worker process in the
+// middle of a job: the job is delivered again once its TTR runs out.
+func TestFaultKilledConsumerProcessesJobComesBack(t *testing.T) {
+	s := redistest.Shared(t)
+	c := s.Client(t)
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name))
+	startQueue(t, q)
+	const ttr = 500 * time.Millisecond
+	id := pushed(t, q, &Job{Topic: "t", TTR: ttr})
+	worker := startChild(t, "consume", s.Addr, name, "DQ_RUN=1h")
+	worker.expect(t, "start "+id+" 1")
+	killed := time.Now()
+	worker.signal(t, syscall.SIGKILL)
+	job, err := q.Pop(context.Background(), "t", time.Minute)
+	require.NoError(t, err)
+	back := time.Since(killed)
+	assert.Equal(t, id, job.ID)
+	assert.Equal(t, 2, job.Attempts)
+	assert.Contains(t, job.LastError, "reservation ran out")
+	require.NoError(t, q.Finish(context.Background(), id))
+	t.Logf("FAULT worker process SIGKILLed mid-job (TTR %v): delivered again %v after the kill", ttr, back.Round(time.Millisecond))
+}
+
+// consumeHelper consumes topic "t", each job taking DQ_RUN, and says when a
+// handler starts ("start <id> <attempt>") and when it is done.
+func consumeHelper(q *DelayQueue) int {
+	run, _ := time.ParseDuration(os.Getenv("DQ_RUN"))
+	err := q.Consume(context.Background(), "t", func(ctx context.Context, job *Job) error {
+		fmt.Println("start", job.ID, job.Attempts)
+		if err := work(ctx, run); err != nil {
+			return err
+		}
+		fmt.Println("done", job.ID)
+		return nil
+	}, ConsumeOptions{Concurrency: 4})
+	fmt.Println("error", err)
+	return 1
 }

@@ -56,6 +56,13 @@ func runHelper(mode string) int {
 	switch mode {
 	case "push":
 		return pushHelper(c, opts)
+	case "consume":
+		q, err := New(c, opts...)
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		return consumeHelper(q)
 	case "finish-late":
 		q, err := New(c, opts...)
 		if err != nil {

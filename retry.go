@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -128,28 +129,80 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 // Touch extends a popped job's reservation to its full TTR from now, for
 // work that takes longer than expected, and updates job.ReservedUntil. It
 // returns ErrLeaseLost when job's reservation is gone and ErrNotFound when
-// the job was removed.
+// the job was removed. Consume does this by itself for the jobs it runs.
 func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 	if q.closed.Load() {
 		return ErrClosed
 	}
-	b, err := reservedBucket(job, q.opts.buckets)
-	if err != nil {
+	if _, err := reservedBucket(job, q.opts.buckets); err != nil {
 		return err
 	}
-	bk := q.keys.bucket(b)
 	sent := time.Now()
-	res, err := q.run(ctx, b, scriptTouch, []string{bk.pool, bk.zset},
-		job.ID, job.lease, 0, bk.wake, q.pub).Int64Slice()
+	errs, err := q.extend(ctx, []*Job{job})
 	if err != nil {
-		return fmt.Errorf("delayqueue: touch %q: %w", job.ID, err)
-	}
-	if err := leaseResult(job.ID, res); err != nil {
 		return err
 	}
-	job.ReservedUntil = time.UnixMilli(res[1])
-	q.held.extend(job.ID, job.lease, sent.Add(job.TTR))
-	return nil
+	if errs[0] == nil {
+		q.held.extend(job.ID, job.lease, sent.Add(job.TTR))
+	}
+	return errs[0]
+}
+
+// maxTouch bounds how many jobs one touch call extends.
+const maxTouch = 256
+
+// extend extends the reservations of popped jobs, each to its TTR from now,
+// with one script call per bucket (and per 256 jobs), all in one pipeline,
+// and updates their ReservedUntil. It returns, per job, nil or why its
+// reservation could not be extended (ErrLeaseLost, ErrNotFound); err is a
+// Redis error, after which nothing is known. It works on a closed queue,
+// for Consume's handlers that outlive Close.
+func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) ([]error, error) {
+	byBucket := map[int][]int{}
+	for i, job := range jobs {
+		b := bucketOf(job.ID, q.opts.buckets)
+		byBucket[b] = append(byBucket[b], i)
+	}
+	type group struct {
+		b    int
+		jobs []int
+	}
+	var groups []group
+	var calls []*scriptCall
+	for b, idx := range byBucket {
+		for chunk := range slices.Chunk(idx, maxTouch) {
+			bk := q.keys.bucket(b)
+			args := make([]any, 0, 2*len(chunk))
+			for _, i := range chunk {
+				args = append(args, jobs[i].ID, jobs[i].lease)
+			}
+			groups = append(groups, group{b, chunk})
+			calls = append(calls, &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args})
+		}
+	}
+	q.sendCalls(ctx, calls)
+	errs := make([]error, len(jobs))
+	for gi, g := range groups {
+		res, err := calls[gi].cmd.Int64Slice()
+		if err == nil && len(res) != len(g.jobs) {
+			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.jobs))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("delayqueue: extend reservations in bucket %d: %w", g.b, err)
+		}
+		for k, i := range g.jobs {
+			job := jobs[i]
+			switch res[k] {
+			case 0:
+				errs[i] = fmt.Errorf("%w: %q", ErrNotFound, job.ID)
+			case -1:
+				errs[i] = fmt.Errorf("%w: %q", ErrLeaseLost, job.ID)
+			default:
+				job.ReservedUntil = time.UnixMilli(res[k])
+			}
+		}
+	}
+	return errs, nil
 }
 
 // Release gives a popped job back to its ready list at once, for another

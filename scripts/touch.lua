@@ -1,22 +1,38 @@
--- touch.lua: extend a reserved job's lease for long work.
+-- touch.lua: extend the reservations of reserved jobs for long work: each
+-- runs its job's TTR from now.
 -- KEYS[1] pool hash  KEYS[2] bucket zset
--- ARGV[1] job id  ARGV[2] lease  ARGV[3] extension ms (0: the job's TTR)
--- ARGV[4] wake channel  ARGV[5] publish command
--- returns {1, new lease deadline ms}, {0} no such job, {-1} the caller's
--- lease is gone
--- The lease runs until now plus the extension; running it twice does the same.
+-- ARGV two values per job: job id, and the lease the caller holds
+-- returns one integer per job: the new lease deadline ms, 0 no such job,
+-- -1 the caller's lease is gone
+-- A deadline only moves later, so the bucket's handler needs no wake-up.
+-- Running it twice extends from the second run's time.
 
-local pool, bucket, id, lease, ext = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local job, status = held(pool, id, lease)
-if not job then
-  return {status}
+local pool, bucket = KEYS[1], KEYS[2]
+local ids = {}
+for i = 1, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
 end
-if ext <= 0 then
-  ext = job.ttr
+local vs = redis.call('HMGET', pool, unpack(ids))
+local now_ms = floor(now_us() / 1000)
+local out, fields, scores = {}, {}, {}
+for i, id in ipairs(ids) do
+  local v = vs[i]
+  if not v then
+    out[i] = 0
+  else
+    local job = decode(v)
+    if job.state ~= RESERVED or job.lease ~= tonumber(ARGV[2 * i]) then
+      out[i] = -1
+    else
+      job.at = now_ms + job.ttr
+      fields[#fields + 1], fields[#fields + 2] = id, encode(job)
+      scores[#scores + 1], scores[#scores + 2] = job.at, id
+      out[i] = job.at
+    end
+  end
 end
-local now = now_us()
-job.at = math.floor(now / 1000) + ext
-redis.call('HSET', pool, id, encode(job))
-redis.call('ZADD', bucket, job.at, id)
-wake_if_first(bucket, ARGV[5], ARGV[4], job.at, now)
-return {1, job.at}
+if #fields > 0 then
+  redis.call('HSET', pool, unpack(fields))
+  redis.call('ZADD', bucket, unpack(scores))
+end
+return out
