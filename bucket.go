@@ -83,7 +83,7 @@ func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
 		}
 		args = append(args, j.id, j.delayMs, j.job, gen)
 	}
-	return []string{bk.pool, bk.zset, bk.readyPrefix}, args
+	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup}, args
 }
 
 // pushResult reads push.lua's reply into the jobs' statuses.
@@ -125,12 +125,17 @@ type topicCount struct {
 
 // moveDue moves up to a batch of due jobs of bucket b to their ready lists
 // (or dead letters), holding or taking the bucket's lease with token. call
-// numbers the call, for the mark of its wake-ups.
-func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64) (moveResult, error) {
+// numbers the call, for the mark of its wake-ups; with trim, it also
+// deletes the tombstones whose dedup window ended.
+func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64, trim bool) (moveResult, error) {
 	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics}
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup}
+	trimArg := ""
+	if trim {
+		trimArg = "1"
+	}
 	reply, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call).Slice()
+		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trimArg).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}

@@ -121,7 +121,7 @@ func TestMoveDue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			q, _, c, advance := clockQueue(t, tc.opts...)
 			ids := tc.seed(t, q, advance)
-			res, err := q.moveDue(ctx, 0, "token", 0)
+			res, err := q.moveDue(ctx, 0, "token", 0, false)
 			require.NoError(t, err)
 			assert.Equal(t, tc.moved, res.moved)
 			assert.Equal(t, tc.next, res.next)
@@ -163,7 +163,7 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	advance(time.Second)
 	require.NoError(t, c.Set(ctx, q.keys.bucket(0).lock, "other", 20*time.Second).Err())
 
-	res, err := q.moveDue(ctx, 0, "mine", 0)
+	res, err := q.moveDue(ctx, 0, "mine", 0, false)
 	require.NoError(t, err)
 	assert.True(t, res.contended)
 	assert.Equal(t, 20*time.Second, res.held)
@@ -176,7 +176,7 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	assert.False(t, ok, "a handler cannot release a lease it does not hold")
 
 	require.NoError(t, c.Del(ctx, q.keys.bucket(0).lock).Err())
-	res, err = q.moveDue(ctx, 0, "mine", 0)
+	res, err = q.moveDue(ctx, 0, "mine", 0, false)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.moved, "a free lease is taken")
 	holder, err := c.Get(ctx, q.keys.bucket(0).lock).Result()
@@ -193,7 +193,7 @@ func TestMoveIsSafeToRunTwice(t *testing.T) {
 	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
 	advance(time.Second)
 	for range 2 {
-		_, err := q.moveDue(ctx, 0, "token", 0)
+		_, err := q.moveDue(ctx, 0, "token", 0, false)
 		require.NoError(t, err)
 	}
 	ids, err := c.LRange(ctx, q.keys.bucket(0).ready("t"), 0, -1).Result()

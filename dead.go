@@ -117,7 +117,7 @@ func (q *DelayQueue) requeue(ctx context.Context, b int, topic, id string) (int,
 // ageMs ago.
 func (q *DelayQueue) purge(ctx context.Context, b int, topic string, ageMs int64) (int, error) {
 	bk := q.keys.bucket(b)
-	n, err := q.run(ctx, b, scriptPurge, []string{bk.dead(topic), bk.pool, bk.deadTopics},
+	n, err := q.run(ctx, b, scriptPurge, []string{bk.dead(topic), bk.pool, bk.deadTopics, bk.dedup},
 		topic, ageMs, deadBatch).Int()
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: purge dead jobs of %q in bucket %d: %w", topic, b, err)

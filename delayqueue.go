@@ -94,7 +94,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	q.finishes = newLanes(lanes, maxPipelinedCalls, q.flushFinishes)
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets, jobFormat>>4).Int64Slice()
+	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets, jobFormatVersion).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
@@ -104,8 +104,8 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if int(res[0]) != o.buckets {
 		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], o.buckets)
 	}
-	if res[2] != jobFormat>>4 {
-		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormat>>4)
+	if res[2] != jobFormatVersion {
+		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormatVersion)
 	}
 	if res[1] < 1 {
 		return nil, fmt.Errorf("delayqueue: open queue %q: instance number %d", o.name, res[1])

@@ -38,6 +38,7 @@ type handler struct {
 	failures int       // consecutive Redis errors
 	trimmed  time.Time // when dead letters past their retention were last deleted
 	calls    uint64    // move calls made, numbering their marks
+	buried   time.Time // when expired tombstones were last deleted
 }
 
 type wakeKey struct{ mark, topic string }
@@ -107,7 +108,13 @@ func (h *handler) run(ctx context.Context) {
 func (h *handler) step(ctx context.Context) time.Duration {
 	log := h.q.opts.logger
 	h.calls++
-	res, err := h.q.moveDue(ctx, h.b, h.token, h.calls)
+	// Tombstones whose dedup window ended go once a second, when the
+	// bucket is otherwise idle too.
+	trim := time.Since(h.buried) >= time.Second
+	res, err := h.q.moveDue(ctx, h.b, h.token, h.calls, trim)
+	if err == nil && trim && !res.contended {
+		h.buried = time.Now()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0

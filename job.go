@@ -71,6 +71,12 @@ type Job struct {
 	// MaxAttempts is how many deliveries the job gets before it goes to the
 	// dead letters. Zero means the queue's default; at most 65,535.
 	MaxAttempts int
+	// DedupWindow keeps the job's ID taken for this long after the job is
+	// finished or removed: a push of the same ID within the window creates
+	// nothing, so that a producer's retried push cannot bring back a job
+	// already done or cancelled. Zero means the queue's default
+	// (WithDedupWindow); at most 2^32-1 ms (49 days).
+	DedupWindow time.Duration
 	// Attempts counts the job's deliveries so far, this one included.
 	Attempts int
 	// State is where the job is.
@@ -182,6 +188,8 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		return a, fmt.Errorf("%w: TTR %v over %v", ErrInvalidJob, job.TTR, maxTTR)
 	case job.MaxAttempts < 0 || job.MaxAttempts > maxMaxAttempts:
 		return a, fmt.Errorf("%w: MaxAttempts %d: want 0 to %d", ErrInvalidJob, job.MaxAttempts, maxMaxAttempts)
+	case job.DedupWindow < 0 || job.DedupWindow > maxDedupWindow:
+		return a, fmt.Errorf("%w: DedupWindow %v: want 0 to %v", ErrInvalidJob, job.DedupWindow, maxDedupWindow)
 	}
 	var atMs int64
 	if job.RunAt.IsZero() {
@@ -200,8 +208,12 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	if maxAttempts == 0 {
 		maxAttempts = o.maxAttempts
 	}
+	window := job.DedupWindow
+	if window == 0 {
+		window = o.dedup
+	}
 	a.id = job.ID
-	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs)
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window))
 	return a, nil
 }
 
@@ -254,23 +266,35 @@ func bucketOf(id string, buckets int) int {
 
 // The job encoding; job.lua documents it and decodes it in scripts.
 const (
-	jobFormat    = 1 << 4 // format 1, in the high nibble of the first byte
-	jobHasError  = 1 << 3
-	jobHeaderLen = 22
+	jobFormatVersion = 2
+	jobFormat        = jobFormatVersion << 5 // in the top 3 bits of the first byte
+	jobHasWindow     = 1 << 4
+	jobHasError      = 1 << 3
+	jobHeaderLen     = 22
 
 	maxTTR         = (1<<32 - 1) * time.Millisecond // ttr_ms is 4 bytes
 	maxMaxAttempts = 1<<16 - 1                      // max attempts is 2 bytes
+	maxDedupWindow = (1<<32 - 1) * time.Millisecond // the window is 4 bytes
 )
 
 // encodeJob writes a new delayed job as push.lua stores it: no attempts, no
-// lease, no error, due at atMs (push.lua writes the due time of a delay).
-func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs int64) []byte {
-	v := make([]byte, jobHeaderLen, jobHeaderLen+len(topic)+len(body))
+// lease, no error, due at atMs (push.lua writes the due time of a delay),
+// with a dedup window of windowMs (0: none).
+func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64) []byte {
+	n := jobHeaderLen
+	if windowMs > 0 {
+		n += 4
+	}
+	v := make([]byte, n, n+len(topic)+len(body))
 	v[0] = jobFormat | byte(StateDelayed)
 	binary.BigEndian.PutUint16(v[3:], uint16(maxAttempts))
 	binary.BigEndian.PutUint32(v[5:], uint32(ttrMs))
 	putUint48(v[9:], uint64(atMs))
 	v[21] = byte(len(topic))
+	if windowMs > 0 {
+		v[0] |= jobHasWindow
+		binary.BigEndian.PutUint32(v[jobHeaderLen:], uint32(windowMs))
+	}
 	v = append(v, topic...)
 	return append(v, body...)
 }
@@ -292,8 +316,8 @@ func decodeJob(id string, v []byte) (*Job, error) {
 	if len(v) < jobHeaderLen {
 		return corrupt("short header")
 	}
-	if v[0]&0xf0 != jobFormat {
-		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>4)
+	if v[0]>>5 != jobFormatVersion {
+		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>5)
 	}
 	state := State(v[0] & 7)
 	if state < StateDelayed || state > StateDead {
@@ -306,6 +330,13 @@ func decodeJob(id string, v []byte) (*Job, error) {
 			return corrupt("short error length")
 		}
 		errLen, rest = int(binary.BigEndian.Uint16(rest)), rest[2:]
+	}
+	var window time.Duration
+	if v[0]&jobHasWindow != 0 {
+		if len(rest) < 4 {
+			return corrupt("short dedup window")
+		}
+		window, rest = time.Duration(binary.BigEndian.Uint32(rest))*time.Millisecond, rest[4:]
 	}
 	topicLen := int(v[21])
 	if len(rest) < topicLen+errLen {
@@ -320,6 +351,7 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		Attempts:    int(binary.BigEndian.Uint16(v[1:])),
 		MaxAttempts: int(binary.BigEndian.Uint16(v[3:])),
 		TTR:         time.Duration(binary.BigEndian.Uint32(v[5:])) * time.Millisecond,
+		DedupWindow: window,
 		lease:       uint48(v[15:]),
 	}
 	at := time.UnixMilli(uint48(v[9:]))

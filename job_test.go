@@ -40,6 +40,8 @@ func TestPushRejectsBadJobsAndWritesNothing(t *testing.T) {
 			{"negative max attempts", &Job{Topic: "t", MaxAttempts: -1}, []error{ErrInvalidJob}},
 			{"max attempts over 65535", &Job{Topic: "t", MaxAttempts: 65536}, []error{ErrInvalidJob}},
 			{"TTR over 49 days", &Job{Topic: "t", TTR: maxTTR + time.Millisecond}, []error{ErrInvalidJob}},
+			{"negative dedup window", &Job{Topic: "t", DedupWindow: -time.Second}, []error{ErrInvalidJob}},
+			{"dedup window over 49 days", &Job{Topic: "t", DedupWindow: maxDedupWindow + time.Millisecond}, []error{ErrInvalidJob}},
 			{"run-at after the year 10889", &Job{Topic: "t", RunAt: maxRunAt.Add(time.Millisecond)}, []error{ErrInvalidJob}},
 			{"body over the limit", &Job{Topic: "t", Body: make([]byte, 17)}, []error{ErrInvalidJob, ErrBodyTooLarge}},
 		} {
@@ -69,14 +71,15 @@ func TestPushAcceptsUnicodeTopicsAndBinaryBodies(t *testing.T) {
 }
 
 func TestDecodeJobRejectsCorruptValues(t *testing.T) {
-	good := encodeJob("t", []byte("body"), 10, 3, 5)
+	good := encodeJob("t", []byte("body"), 10, 3, 5, 0)
 	for _, v := range [][]byte{
 		nil,
 		good[:jobHeaderLen-1],
 		append([]byte{2<<4 | 1}, good[1:]...), // unknown format
-		append([]byte{jobFormat | 7}, good[1:]...),                           // unknown state
-		append([]byte{jobFormat | 1 | jobHasError}, good[1:jobHeaderLen]...), // no error length
-		append(append([]byte{}, good[:21]...), 200),                          // topic longer than the value
+		append([]byte{jobFormat | 7}, good[1:]...),                              // unknown state
+		append([]byte{jobFormat | 1 | jobHasError}, good[1:jobHeaderLen]...),    // no error length
+		append(append([]byte{}, good[:21]...), 200),                             // topic longer than the value
+		append([]byte{jobFormat | 1 | jobHasWindow}, good[1:jobHeaderLen+2]...), // short window
 	} {
 		_, err := decodeJob("id", v)
 		assert.Error(t, err, "value %q", v)
@@ -98,12 +101,20 @@ func TestDecodeJobReadsEveryField(t *testing.T) {
 }
 
 func TestEncodeJobRoundTrips(t *testing.T) {
-	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1))
+	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 0))
 	require.NoError(t, err)
 	assert.Equal(t, &Job{
 		ID: "x", Topic: "orders", Body: []byte{0, '\n', 255}, State: StateDelayed, MaxAttempts: 65535,
 		TTR: maxTTR, RunAt: maxRunAt,
 	}, job)
+}
+
+func TestEncodeJobKeepsTheDedupWindow(t *testing.T) {
+	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1))
+	require.NoError(t, err)
+	assert.Equal(t, maxDedupWindow, job.DedupWindow)
+	assert.Equal(t, "t", job.Topic)
+	assert.Equal(t, []byte("b"), job.Body)
 }
 
 func TestBucketOfIsStable(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until its reply is in
+//	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
 // Each bucket also has pub/sub channels under its tag. On Redis Cluster the
@@ -40,8 +41,8 @@ type keyspace struct {
 
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
-	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, leases, records string
-	wake, readyChannels                                                    string // channel, and prefix of the topics' channels
+	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, leases, records, dedup string
+	wake, readyChannels                                                           string // channel, and prefix of the topics' channels
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -57,6 +58,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			deadTopics:    prefix + "deadtopics",
 			leases:        prefix + "leases",
 			records:       prefix + "rsv:",
+			dedup:         prefix + "dedup",
 			wake:          prefix + "ev:wake",
 			readyChannels: prefix + "ev:ready:",
 		}

@@ -26,6 +26,7 @@ type options struct {
 	poll        time.Duration
 	backoff     Backoff
 	retention   time.Duration
+	dedup       time.Duration
 	logger      *slog.Logger
 }
 
@@ -95,6 +96,16 @@ func WithDeadRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }
 
+// WithDedupWindow sets the dedup window of jobs pushed without one of their
+// own (Job.DedupWindow): how long a job's ID stays taken after the job was
+// finished or removed, so that a push of that ID within the window creates
+// nothing. It matters for caller-chosen IDs, which a producer may push
+// again after a lost reply. Each finished or removed job leaves a tombstone
+// of about 60 bytes for the window. The window is stored with each job, so
+// it holds whichever process finishes or removes the job. At most 2^32-1
+// ms (49 days). Default: 0, none.
+func WithDedupWindow(d time.Duration) Option { return optionFunc(func(o *options) { o.dedup = d }) }
+
 // WithLogger sets the logger for the handlers' errors and warnings.
 // Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
@@ -123,6 +134,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: nil backoff", ErrInvalidOption)
 	case o.retention < 0:
 		return fmt.Errorf("%w: negative dead-letter retention %v", ErrInvalidOption, o.retention)
+	case o.dedup < 0 || o.dedup > maxDedupWindow:
+		return fmt.Errorf("%w: dedup window %v: want 0 to %v", ErrInvalidOption, o.dedup, maxDedupWindow)
 	case o.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	}

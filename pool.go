@@ -126,7 +126,7 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, batch []*request[*finish
 		for _, r := range g.reqs {
 			args = append(args, r.in.id, r.in.lease)
 		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset}, args: args}
+		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup}, args: args}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
@@ -152,7 +152,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix}, id).Int64()
+	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}

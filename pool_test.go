@@ -2,9 +2,11 @@ package delayqueue
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -150,7 +152,7 @@ func TestRemoveDeadJob(t *testing.T) {
 	_, err := q.Pop(ctx, "t", 0)
 	require.NoError(t, err)
 	advance(time.Second)
-	_, err = q.moveDue(ctx, 0, "token", 0)
+	_, err = q.moveDue(ctx, 0, "token", 0, false)
 	require.NoError(t, err)
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)
@@ -160,4 +162,90 @@ func TestRemoveDeadJob(t *testing.T) {
 	n, err := c.ZCard(ctx, q.keys.bucket(0).dead("t")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a removed dead job leaves the dead letters")
+}
+
+func TestADedupWindowKeepsTheIDOfAFinishedOrRemovedJobTaken(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		// The producer sets the window; the worker, which finishes and
+		// removes, has no such option: the window travels with each job.
+		producer := newQueue(t, be.client, WithName(name), WithDedupWindow(time.Hour))
+		worker := newQueue(t, be.client, WithName(name))
+		absent := func(id string) {
+			t.Helper()
+			_, err := worker.Get(ctx, id)
+			assert.ErrorIs(t, err, ErrNotFound, "pushing %s again brought it back", id)
+		}
+
+		for _, delay := range []time.Duration{0, time.Hour} { // due now, and for later
+			id := "cancel-order-" + delay.String()
+			pushed(t, producer, &Job{ID: id, Topic: "t", Delay: delay})
+			job, err := producer.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, time.Hour, job.DedupWindow)
+			require.NoError(t, worker.Remove(ctx, id)) // the order was paid
+			again, err := producer.Push(ctx, &Job{ID: id, Topic: "t", Delay: delay})
+			require.NoError(t, err, "a retried push is answered as a duplicate")
+			assert.Equal(t, id, again)
+			absent(id)
+		}
+
+		pushed(t, producer, &Job{ID: "send-receipt", Topic: "t"})
+		job, err := worker.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, worker.Finish(ctx, job.ID))
+		pushed(t, producer, &Job{ID: "send-receipt", Topic: "t"})
+		absent("send-receipt")
+
+		// A job's own window wins; without any, the ID is free at once.
+		pushed(t, worker, &Job{ID: "no-window", Topic: "t", Delay: time.Hour})
+		require.NoError(t, worker.Remove(ctx, "no-window"))
+		pushed(t, worker, &Job{ID: "no-window", Topic: "t", Delay: time.Hour})
+		_, err = worker.Get(ctx, "no-window")
+		assert.NoError(t, err)
+		pushed(t, worker, &Job{ID: "own-window", Topic: "t", Delay: time.Hour, DedupWindow: time.Hour})
+		require.NoError(t, worker.Remove(ctx, "own-window"))
+		pushed(t, worker, &Job{ID: "own-window", Topic: "t", Delay: time.Hour})
+		absent("own-window")
+	})
+}
+
+func TestATombstoneLastsItsWindowThenGoes(t *testing.T) {
+	ctx := context.Background()
+	q, m, _, advance := clockQueue(t, WithDedupWindow(time.Minute))
+	id := pushed(t, q, &Job{ID: "pay-42", Topic: "t", Delay: time.Hour})
+	require.NoError(t, q.Remove(ctx, id))
+	dedup := q.keys.bucket(0).dedup
+	advance(time.Minute - time.Millisecond)
+	pushed(t, q, &Job{ID: id, Topic: "t"})
+	_, err := q.Get(ctx, id)
+	assert.ErrorIs(t, err, ErrNotFound, "within the window")
+
+	advance(time.Millisecond)
+	_, err = q.moveDue(ctx, 0, "token", 0, true)
+	require.NoError(t, err)
+	assert.False(t, m.Exists(dedup), "the handler deletes tombstones whose window ended")
+	pushed(t, q, &Job{ID: id, Topic: "t"})
+	_, err = q.Get(ctx, id)
+	assert.NoError(t, err, "after the window the ID is free")
+}
+
+func TestTombstonesGoWhenTheirWindowEnds(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Shared(t).Client(t)
+	q := newQueue(t, c, WithDedupWindow(200*time.Millisecond), WithSafetyPoll(300*time.Millisecond))
+	startQueue(t, q)
+	for i := range 10 {
+		id := pushed(t, q, &Job{ID: fmt.Sprintf("j%d", i), Topic: "t", Delay: time.Hour})
+		require.NoError(t, q.Remove(ctx, id))
+	}
+	require.Eventually(t, func() bool {
+		for b := range q.opts.buckets {
+			if c.Exists(ctx, q.keys.bucket(b).dedup).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "a started queue deletes tombstones past their window")
 }

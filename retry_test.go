@@ -52,11 +52,11 @@ func TestRetryWaitsItsBackoffThenGoesDead(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, StateDelayed, got.State)
 	advance(2*time.Minute - time.Millisecond)
-	res, err := q.moveDue(ctx, 0, "token", 0)
+	res, err := q.moveDue(ctx, 0, "token", 0, false)
 	require.NoError(t, err)
 	assert.Zero(t, res.moved)
 	advance(time.Millisecond)
-	res, err = q.moveDue(ctx, 0, "token", 0)
+	res, err = q.moveDue(ctx, 0, "token", 0, false)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.moved)
 
@@ -116,7 +116,7 @@ func TestTouchExtendsTheLease(t *testing.T) {
 	require.NoError(t, q.Touch(ctx, job))
 	assert.Equal(t, first.Add(8*time.Second), job.ReservedUntil)
 	advance(5 * time.Second) // past the first deadline, not the new one
-	res, err := q.moveDue(ctx, 0, "token", 0)
+	res, err := q.moveDue(ctx, 0, "token", 0, false)
 	require.NoError(t, err)
 	assert.Zero(t, res.moved, "a touched job is not delivered again")
 	assert.Equal(t, 5*time.Second, res.next)
@@ -144,7 +144,7 @@ func TestReschedule(t *testing.T) {
 	id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
 	require.NoError(t, q.Reschedule(ctx, id, time.Minute, time.Time{}))
 	advance(time.Minute)
-	res, err := q.moveDue(ctx, 0, "token", 0)
+	res, err := q.moveDue(ctx, 0, "token", 0, false)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.moved, "due after the new delay")
 

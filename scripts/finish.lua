@@ -1,5 +1,5 @@
 -- finish.lua: delete reserved jobs: their work is done.
--- KEYS[1] pool hash  KEYS[2] bucket zset
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset
 -- ARGV two values per job: job id, and the lease the caller holds or "" for
 -- any reservation
 -- returns one integer per job: 1 finished, 0 no such job, -1 the job is not
@@ -8,7 +8,7 @@
 -- whose lease ran out can never bring a job back: the job is deleted or left
 -- as it is. An ID given twice is finished by the first of its entries.
 
-local pool, bucket = KEYS[1], KEYS[2]
+local pool, bucket, dedup = KEYS[1], KEYS[2], KEYS[3]
 local ids = {}
 for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
@@ -30,6 +30,9 @@ for i, id in ipairs(ids) do
       out[i] = 1
       done[id] = true
       done[#done + 1] = id
+      if has(v, HAS_WINDOW) then
+        bury(dedup, id, v, floor(now_us() / 1000))
+      end
     end
   end
 end

@@ -1,16 +1,19 @@
 -- job.lua: the encoding of a job in the pool, shared by every script.
 -- Prepended to each script at load time; defines no keys and reads no ARGV.
--- A job is stored as a fixed 22-byte header, then topic, last error and body.
+-- A job is stored as a fixed 22-byte header, then the optional fields its
+-- flags announce, then topic, last error and body.
 -- Numbers are unsigned big-endian:
---   offset  0  1 byte   format 1 in the high nibble; bit 3 set when a last
---                       error follows; the state in the low 3 bits
+--   offset  0  1 byte   format 2 in the top 3 bits; bit 4 set when a dedup
+--                       window follows; bit 3 set when a last error
+--                       follows; the state in the low 3 bits
 --   offset  1  2 bytes  attempts
 --   offset  3  2 bytes  max attempts
 --   offset  5  4 bytes  ttr_ms
 --   offset  9  6 bytes  at_ms
 --   offset 15  6 bytes  lease
 --   offset 21  1 byte   topic length
---   [offset 22  2 bytes  last error length, when bit 3 is set]
+--   [2 bytes  last error length, when bit 3 is set]
+--   [4 bytes  dedup window ms, when bit 4 is set]
 --   topic, last error, body (the rest: any bytes)
 -- lease counts reservations: a consumer proves it still holds the job by the
 -- lease it was given.
@@ -18,12 +21,15 @@
 -- and the time a ready or dead job became so. A delayed job's due time is
 -- its score in its bucket; its at_ms is not read (push.lua leaves it 0 for a
 -- job pushed with a delay, sparing a copy of the job).
+-- The dedup window is how long the job's ID stays taken after it was
+-- finished or removed (a tombstone in the bucket's dedup zset).
 -- The layout keeps a job of a short topic and a 128-byte body within one
 -- 160-byte allocation of Redis's allocator. job.go decodes it and writes the
--- header push.lua splices.
+-- jobs push.lua stores.
 
 local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
-local FORMAT = 16 -- format 1, high nibble
+local FORMAT = 64 -- format 2, top 3 bits
+local HAS_WINDOW = 16
 local HAS_ERROR = 8
 local HEADER = 22
 
@@ -53,13 +59,22 @@ local function read48(v, from)
   return ((((a1 * 256 + a2) * 256 + a3) * 256 + a4) * 256 + a5) * 256 + a6
 end
 
+-- has reports whether flag is set in an encoded job's first byte.
+local function has(v, flag)
+  return math.floor(byte(v, 1) / flag) % 2 == 1
+end
+
 local function decode(v)
   local flags, t1, t2, m1, m2, r1, r2, r3, r4 = byte(v, 1, 9)
   local tlen = byte(v, 22)
-  local pos, elen = HEADER + 1, 0
-  if floor(flags / HAS_ERROR) % 2 == 1 then
-    local e1, e2 = byte(v, 23, 24)
-    elen, pos = e1 * 256 + e2, HEADER + 3
+  local pos, elen, window = HEADER + 1, 0, 0
+  if has(v, HAS_ERROR) then
+    local e1, e2 = byte(v, pos, pos + 1)
+    elen, pos = e1 * 256 + e2, pos + 2
+  end
+  if has(v, HAS_WINDOW) then
+    local w1, w2, w3, w4 = byte(v, pos, pos + 3)
+    window, pos = ((w1 * 256 + w2) * 256 + w3) * 256 + w4, pos + 4
   end
   return {
     state = flags % 8,
@@ -68,6 +83,7 @@ local function decode(v)
     ttr = ((r1 * 256 + r2) * 256 + r3) * 256 + r4,
     at = read48(v, AT),
     lease = read48(v, LEASE),
+    window = window,
     topic = sub(v, pos, pos + tlen - 1),
     err = sub(v, pos + tlen, pos + tlen + elen - 1),
     body = sub(v, pos + tlen + elen),
@@ -75,13 +91,49 @@ local function decode(v)
 end
 
 local function encode(j)
-  local flags, err, elen = FORMAT + j.state, j.err, ''
+  local flags, err, elen, window = FORMAT + j.state, j.err, '', ''
   if err ~= '' then
     err = sub(err, 1, 65535)
     flags, elen = flags + HAS_ERROR, u16(#err)
   end
+  if j.window > 0 then
+    flags, window = flags + HAS_WINDOW, u32(j.window)
+  end
   return char(flags) .. u16(math.min(j.attempts, 65535)) .. u16(j.max) .. u32(j.ttr) ..
-    u48(math.max(j.at, 0)) .. u48(j.lease) .. char(#j.topic) .. elen .. j.topic .. err .. j.body
+    u48(math.max(j.at, 0)) .. u48(j.lease) .. char(#j.topic) .. elen .. window .. j.topic .. err .. j.body
+end
+
+-- window_of reads an encoded job's dedup window, 0 for none.
+local function window_of(v)
+  if not has(v, HAS_WINDOW) then
+    return 0
+  end
+  local pos = HEADER + 1
+  if has(v, HAS_ERROR) then
+    pos = pos + 2
+  end
+  local w1, w2, w3, w4 = byte(v, pos, pos + 3)
+  return ((w1 * 256 + w2) * 256 + w3) * 256 + w4
+end
+
+-- Dedup windows: a job pushed with one leaves a tombstone when it is
+-- finished or removed, its ID scored by when the window ends, so that a
+-- push of the same ID within the window creates nothing.
+
+-- bury leaves the tombstone of a job, if it has a window, and deletes the
+-- tombstones whose window ended.
+local function bury(dedup, id, v, now_ms)
+  local window = window_of(v)
+  if window > 0 then
+    redis.call('ZADD', dedup, now_ms + window, id)
+    redis.call('ZREMRANGEBYSCORE', dedup, '-inf', now_ms)
+  end
+end
+
+-- buried reports whether a tombstone holds id.
+local function buried(dedup, id, now_ms)
+  local until_ms = redis.call('ZSCORE', dedup, id)
+  return until_ms ~= false and tonumber(until_ms) > now_ms
 end
 
 -- now_us returns the Redis server's clock in microseconds.

@@ -3,9 +3,11 @@
 -- lease or extends its own; a lease held by another token moves nothing.
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
+-- KEYS[7] dedup zset
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
--- number for this call
+-- number for this call  ARGV[7] "1" to delete the tombstones whose dedup
+-- window ended
 -- returns {moved, next_due_in_us or -1, mark, topic, count, topic, count, ...}
 -- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
 -- another token holds the lease.
@@ -22,7 +24,7 @@
 
 local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ready_channel, pub, call = ARGV[4], ARGV[5], ARGV[6]
+local ready_channel, pub, call, trim = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 
 local holder = redis.call('GET', lock)
 if holder == false then
@@ -36,6 +38,9 @@ end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
+if trim == '1' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now_ms)
+end
 local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
 local ready_count, topics = {}, {}
 

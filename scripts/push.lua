@@ -1,25 +1,32 @@
 -- push.lua: add jobs to one bucket; a job whose ID exists already is left alone.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
+-- KEYS[4] dedup zset (tombstones of finished and removed jobs)
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
 -- ARGV[4..] four values per job:
 --   id, delay_ms ("" when the job's at_ms holds its due time), the job
 --   encoded as a delayed job (job.lua), with no attempts, lease or error,
 --   and at_ms 0 when a delay is given, and "g" when the queue generated the
 --   id ("" for a caller's id)
--- returns one integer per job: 1 created, 0 a caller's id existed already,
--- -1 a generated id is held by another job (nothing changed: the caller
--- pushes again under a new id)
+-- returns one integer per job: 1 created, 0 a caller's id existed already
+-- (as a job, or as a tombstone within its dedup window), -1 a generated id
+-- is held by another job (nothing changed: the caller pushes again under a
+-- new id)
 -- Running it twice creates nothing new: the second run finds every id, and
 -- a generated id held by this very job (same topic, body, TTR and max
 -- attempts) counts as created.
 
-local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
+local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
 
 local now = now_us()
 local now_ms = floor(now / 1000)
 local created, dues = {}, {}
 local ready_count, topics = {}, {}
+
+-- taken reports whether a caller's id is held by a tombstone.
+local function taken(id, gen)
+  return gen == '' and buried(dedup, id, now_ms)
+end
 
 -- existing answers for a job whose id is taken: a caller's id dedupes; a
 -- generated one is this job pushed again, or another job's.
@@ -51,10 +58,18 @@ for i = 4, #ARGV, 4 do
     -- for later, below
   elseif redis.call('HEXISTS', pool, id) == 1 then
     created[n] = existing(id, v, gen)
+  elseif taken(id, gen) then
+    created[n] = 0
   else
-    local topic = sub(v, HEADER + 1, HEADER + byte(v, HEADER))
+    -- A pushed job has no error, so its topic follows the header and the
+    -- window, if any.
+    local from = HEADER + 1
+    if has(v, HAS_WINDOW) then
+      from = from + 4
+    end
+    local topic = sub(v, from, from + byte(v, HEADER) - 1)
     redis.call('RPUSH', ready_prefix .. topic, id)
-    redis.call('HSET', pool, id, char(FORMAT + READY) .. sub(v, 2, 9) .. u48(now_ms) .. sub(v, 16))
+    redis.call('HSET', pool, id, char(byte(v, 1) - DELAYED + READY) .. sub(v, 2, 9) .. u48(now_ms) .. sub(v, 16))
     if not ready_count[topic] then
       ready_count[topic] = 0
       topics[#topics + 1] = topic
@@ -72,7 +87,9 @@ for i = 4, #ARGV, 4 do
     -- Stored as the client encoded it: a delayed job's due time is its
     -- score, and its at_ms is not read (see job.lua).
     local id, v = ARGV[i], ARGV[i + 2]
-    if redis.call('HSETNX', pool, id, v) == 1 then
+    if taken(id, ARGV[i + 3]) then
+      created[n] = 0
+    elseif redis.call('HSETNX', pool, id, v) == 1 then
       created[n] = 1
       scores[#scores + 1] = due
       scores[#scores + 1] = id

@@ -1,11 +1,12 @@
 -- remove.lua: cancel a job in any state.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dead-letter key prefix
+-- KEYS[4] dedup zset
 -- ARGV[1] job id
 -- returns 1 removed, 0 no such job
 -- A ready job's ID stays in its ready list and is dropped when popped, so
 -- removal costs O(log n) whatever the state.
 
-local pool, bucket, dead_prefix, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local pool, bucket, dead_prefix, dedup, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local v = redis.call('HGET', pool, id)
 if not v then
   return 0
@@ -16,4 +17,5 @@ if job.state == DEAD then
 end
 redis.call('HDEL', pool, id)
 redis.call('ZREM', bucket, id)
+bury(dedup, id, v, floor(now_us() / 1000))
 return 1

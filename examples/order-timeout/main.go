@@ -1,12 +1,15 @@
 // Command order-timeout cancels orders that are not paid in time: placing an
 // order pushes a cancellation due at the deadline, with the order's ID as the
-// job's ID; paying removes it. A worker cancels whatever is left.
+// job's ID; paying removes it. A worker cancels whatever is left. A dedup
+// window keeps a retried push (the API's first attempt got no reply) from
+// bringing back a cancellation that payment removed.
 //
 //	go run ./examples/order-timeout
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -34,7 +37,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer closeClient()
-	q, err := delayqueue.New(client, delayqueue.WithName("shop"))
+	// For an hour after a cancellation was removed or done, pushing its ID
+	// again creates nothing.
+	q, err := delayqueue.New(client, delayqueue.WithName("shop"), delayqueue.WithDedupWindow(time.Hour))
 	if err != nil {
 		return err
 	}
@@ -64,6 +69,18 @@ func run(ctx context.Context) error {
 			return err
 		}
 		fmt.Printf("paid   %s: cancellation removed\n", order)
+	}
+
+	// A placement request retried late, after the payment: the dedup
+	// window answers it as a duplicate, and the paid order stays.
+	for order := range paid {
+		if _, err := q.Push(ctx, &delayqueue.Job{ID: "cancel-" + order, Topic: "order.cancel", Body: []byte(order), Delay: payWithin}); err != nil {
+			return err
+		}
+		if _, err := q.Get(ctx, "cancel-"+order); !errors.Is(err, delayqueue.ErrNotFound) {
+			return fmt.Errorf("the cancellation of paid %s came back: %v", order, err)
+		}
+		fmt.Printf("retry  %s: placement pushed again, no cancellation comes back\n", order)
 	}
 
 	// The worker: cancel what is still unpaid when its deadline comes.
