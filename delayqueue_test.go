@@ -2,7 +2,10 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,4 +152,101 @@ func TestStartWarnsWhenRedisMayEvictJobs(t *testing.T) {
 	q = newQueue(t, redistest.Shared(t).Client(t), WithLogger(quiet.logger()))
 	require.NoError(t, q.Start(ctx))
 	assert.NotContains(t, quiet.String(), "evict", "noeviction is the default and gets no warning")
+}
+
+// queueKeys lists the keys of one queue, on every master.
+func queueKeys(t *testing.T, c redis.UniversalClient, name string) []string {
+	t.Helper()
+	var keys []string
+	for _, k := range keysOf(t, c) {
+		if strings.Contains(k, "{"+name+":") || strings.Contains(k, "{"+name+"}") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		q := newQueue(t, be.client, WithName(name), WithBackoff(BackoffSchedule(0)), WithMaxAttempts(2),
+			WithSafetyPoll(200*time.Millisecond))
+		startQueue(t, q)
+		// Every path a job can take: finished at once or later, retried,
+		// dead then requeued, dead then removed, removed while delayed or
+		// ready, finished with a dedup window.
+		var want []string
+		for i := range 20 {
+			want = append(want, pushed(t, q, &Job{Topic: "t", Delay: time.Duration(i%2) * 50 * time.Millisecond}))
+		}
+		requeued := pushed(t, q, &Job{Topic: "t", Body: []byte("fail")})
+		buried := pushed(t, q, &Job{Topic: "t", Body: []byte("fail")})
+		want = append(want, requeued, pushed(t, q, &Job{Topic: "t", Body: []byte("retry")}),
+			pushed(t, q, &Job{ID: "windowed", Topic: "t", DedupWindow: 100 * time.Millisecond}))
+		require.NoError(t, q.Remove(ctx, pushed(t, q, &Job{Topic: "t", Delay: time.Hour})))
+		require.NoError(t, q.Remove(ctx, pushed(t, q, &Job{Topic: "gone"}))) // its ID stays in a ready list
+
+		var mu sync.Mutex
+		done := map[string]bool{}
+		failed := map[string]int{}
+		h := func(ctx context.Context, job *Job) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch string(job.Body) {
+			case "fail":
+				if failed[job.ID]++; failed[job.ID] <= 2 {
+					return errors.New("failing")
+				}
+			case "retry":
+				if failed[job.ID]++; failed[job.ID] == 1 {
+					return errors.New("once")
+				}
+			}
+			done[job.ID] = true
+			return nil
+		}
+		cctx, stop := context.WithCancel(ctx)
+		errc := make(chan error, 2)
+		go func() { errc <- q.Consume(cctx, "t", h, ConsumeOptions{Concurrency: 4}) }()
+		go func() {
+			errc <- q.Consume(cctx, "gone", func(context.Context, *Job) error { return errors.New("never") }, ConsumeOptions{})
+		}()
+		require.Eventually(t, func() bool {
+			dead, err := q.DeadJobs(ctx, "t", 10)
+			return err == nil && len(dead) == 2
+		}, 30*time.Second, 5*time.Millisecond)
+		require.NoError(t, q.RequeueDead(ctx, requeued))
+		require.NoError(t, q.Remove(ctx, buried))
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range want {
+				if !done[id] {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool {
+			st, err := q.Stats(ctx, "t")
+			return err == nil && st.Jobs == 0 && st.Ready == 0
+		}, 30*time.Second, 5*time.Millisecond, "every job is finished")
+		stop()
+		require.NoError(t, <-errc)
+		require.NoError(t, <-errc)
+		// The tombstone's window ends, and the handler deletes it.
+		require.Eventually(t, func() bool {
+			return !slices.ContainsFunc(queueKeys(t, be.client, name), func(k string) bool { return strings.HasSuffix(k, ":dedup") })
+		}, 30*time.Second, 10*time.Millisecond)
+		closeQueue(t, q)
+
+		keys := queueKeys(t, be.client, name)
+		t.Logf("keys left: %v", keys)
+		for _, k := range keys {
+			isMeta := k == q.keys.meta()
+			assert.True(t, isMeta || strings.HasSuffix(k, ":leases"), "%q is left behind", k)
+		}
+		assert.Contains(t, keys, q.keys.meta())
+	})
 }

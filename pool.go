@@ -152,7 +152,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup}, id).Int64()
+	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}

@@ -20,7 +20,7 @@ end
 if #ids > 0 then
   redis.call('ZREM', dead, unpack(ids))
 end
-if redis.call('ZCARD', dead) == 0 then
+if redis.call('EXISTS', dead) == 0 then
   redis.call('SREM', dead_topics, ARGV[1])
 end
 return #ids

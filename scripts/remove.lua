@@ -1,19 +1,23 @@
 -- remove.lua: cancel a job in any state.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dead-letter key prefix
--- KEYS[4] dedup zset
+-- KEYS[4] dedup zset  KEYS[5] dead topics set
 -- ARGV[1] job id
 -- returns 1 removed, 0 no such job
 -- A ready job's ID stays in its ready list and is dropped when popped, so
 -- removal costs O(log n) whatever the state.
 
-local pool, bucket, dead_prefix, dedup, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local pool, bucket, dead_prefix, dedup, dead_topics, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local v = redis.call('HGET', pool, id)
 if not v then
   return 0
 end
 local job = decode(v)
 if job.state == DEAD then
-  redis.call('ZREM', dead_prefix .. job.topic, id) -- first: see job.lua
+  local dead = dead_prefix .. job.topic
+  redis.call('ZREM', dead, id) -- first: see job.lua
+  if redis.call('EXISTS', dead) == 0 then
+    redis.call('SREM', dead_topics, job.topic) -- its last dead job
+  end
 end
 redis.call('HDEL', pool, id)
 redis.call('ZREM', bucket, id)

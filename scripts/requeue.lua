@@ -1,12 +1,13 @@
 -- requeue.lua: give dead jobs of a topic a new life: ready at once, with
 -- their attempts reset.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
+-- KEYS[4] dead topics set
 -- ARGV[1] ready channel prefix  ARGV[2] publish command  ARGV[3] batch size
--- ARGV[4] job id, or "" for the oldest batch of the topic
+-- ARGV[4] job id, or "" for the oldest batch of the topic  ARGV[5] topic
 -- returns how many jobs were requeued
 -- Running it twice requeues nothing twice: a requeued job is no longer dead.
 
-local dead, pool, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
+local dead, pool, ready_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ready_channel, pub, batch, one = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
 local ids
@@ -27,5 +28,8 @@ for _, id in ipairs(ids) do
     end
   end
   redis.call('ZREM', dead, id)
+end
+if redis.call('EXISTS', dead) == 0 then
+  redis.call('SREM', dead_topics, ARGV[5]) -- its last dead job
 end
 return n
