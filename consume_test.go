@@ -381,11 +381,7 @@ func TestConsumeExtendsManyReservationsInOneCall(t *testing.T) {
 // of its own, on a job that takes 3.5 times its TTR, while this process,
 // which never consumes, moves due jobs (and expired reservations).
 func TestFaultConsumerProcessRunsALongJobOnce(t *testing.T) {
-	s := redistest.Shared(t)
-	c := s.Client(t)
-	name := uniqueName(t)
-	q := newQueue(t, c, WithName(name))
-	startQueue(t, q)
+	s, name, q := startedQueue(t)
 	const ttr = 300 * time.Millisecond
 	id := pushed(t, q, &Job{Topic: "t", TTR: ttr})
 	worker := startChild(t, "consume", s.Addr, name, "DQ_RUN="+(3*ttr+ttr/2).String())
@@ -404,11 +400,7 @@ func TestFaultConsumerProcessRunsALongJobOnce(t *testing.T) {
 // TestFaultKilledConsumerProcesssJobComesBack kills a worker process in the
 // middle of a job: the job is delivered again once its TTR runs out.
 func TestFaultKilledConsumerProcessesJobComesBack(t *testing.T) {
-	s := redistest.Shared(t)
-	c := s.Client(t)
-	name := uniqueName(t)
-	q := newQueue(t, c, WithName(name))
-	startQueue(t, q)
+	s, name, q := startedQueue(t)
 	const ttr = 500 * time.Millisecond
 	id := pushed(t, q, &Job{Topic: "t", TTR: ttr})
 	worker := startChild(t, "consume", s.Addr, name, "DQ_RUN=1h")

@@ -23,7 +23,14 @@
 //     process dies, another takes the bucket over within one lease
 //     (WithLease, default 30s); Close hands buckets over at once.
 //   - Once per push: a job pushed with a caller-chosen ID exists once while
-//     that ID exists, however often it is pushed.
+//     that ID exists, however often it is pushed, and for its dedup window
+//     after it was finished or removed (Job.DedupWindow, WithDedupWindow).
+//     A generated ID is unique among every process that ever opens the
+//     queue, and Push returns it only once its job is stored under it.
+//   - A stale consumer changes nothing: once a reservation ran out and the
+//     job went to another consumer, the first one's Finish, Retry, Touch and
+//     Release return ErrLeaseLost. Consume extends the reservations of the
+//     jobs it runs, up to ConsumeOptions.MaxRunTime.
 //   - Every change of a job is one Lua script over the keys of one bucket:
 //     atomic, safe to run twice (go-redis re-sends a command after a read
 //     timeout), and never a CROSSSLOT error on Redis Cluster.
@@ -36,7 +43,10 @@
 // appendfsync always, nothing that Redis acknowledged. Replication is
 // asynchronous, so a failover can lose the last writes to the old primary.
 // Redis must not evict keys: Start warns unless maxmemory-policy is
-// noeviction.
+// noeviction. Jobs pushed with a delay become ready only while some process
+// has called Start. Finish(ctx, id) checks the reservation that this
+// DelayQueue's Pop returned; for an ID it did not pop, it finishes whatever
+// reservation the job has.
 //
 // # Layout in Redis
 //
@@ -53,7 +63,9 @@
 //	dq:{name:b}:lock           STRING  the lease of the bucket's handler
 //	dq:{name:b}:deadtopics     SET     topics with dead letters
 //	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
-//	dq:{name}:meta             HASH    bucket count, job encoding, ID node counter
+//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until its reply is in
+//	dq:{name:b}:dedup          ZSET    tombstones: IDs of finished or removed jobs, by end of window
+//	dq:{name}:meta             HASH    bucket count, job encoding, instance counter for IDs
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.

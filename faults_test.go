@@ -119,6 +119,16 @@ func readLine(want string) bool {
 	return in.Scan() && in.Text() == want
 }
 
+// startedQueue opens a started queue of its own on the shared
+// redis-server, for a test whose other processes open it by its name.
+func startedQueue(t *testing.T) (s *redistest.Server, name string, q *DelayQueue) {
+	t.Helper()
+	s, name = redistest.Shared(t), uniqueName(t)
+	q = newQueue(t, s.Client(t), WithName(name))
+	startQueue(t, q)
+	return s, name, q
+}
+
 // child is a helper process.
 type child struct {
 	cmd *exec.Cmd

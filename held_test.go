@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -74,11 +73,7 @@ func TestHeldReservationsAreForgottenAfterTheirHorizon(t *testing.T) {
 // process of its own: it pops, is paused past the job's TTR while this
 // process gets the job, and calls Finish when it resumes.
 func TestFaultStaleConsumerProcessFinishesLate(t *testing.T) {
-	s := redistest.Shared(t)
-	c := s.Client(t)
-	name := uniqueName(t)
-	q := newQueue(t, c, WithName(name))
-	startQueue(t, q)
+	s, name, q := startedQueue(t)
 	id := pushed(t, q, &Job{Topic: "t", TTR: 200 * time.Millisecond})
 
 	stale := startChild(t, "finish-late", s.Addr, name)

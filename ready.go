@@ -130,7 +130,10 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 // again. Pop returns ErrNoJob when no job became ready in time, ctx.Err()
 // when ctx ends, ErrClosed when the queue is closed, and ErrInvalidTopic for
 // a bad topic. While it waits it sends Redis nothing: it is woken by the
-// handler that makes a job ready. It is safe for concurrent use.
+// handler that makes a job ready, in whichever process; jobs pushed with a
+// delay become ready only while some process has called Start. Finish
+// checks the reservation Pop returns (see Finish). It is safe for
+// concurrent use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
