@@ -196,7 +196,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		}
 		failures = 0
 		for _, job := range jobs {
-			hctx := c.start(job, sent)
+			hctx := c.start(job, sent, time.Now())
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
@@ -207,21 +207,22 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 	}
 }
 
-// start enlists a job whose reserve call was sent at sent, and returns its
-// handler's context.
-func (c *consumer) start(job *Job, sent time.Time) context.Context {
+// start enlists a job whose reserve call was sent at sent (its reservation
+// lasts at least its TTR from then) and whose handler starts at now, and
+// returns the handler's context.
+func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 	maxRun := c.maxRun
 	if maxRun == 0 {
 		maxRun = max(defaultMaxRunTime, job.TTR)
 	}
 	ctx, cancelCause := context.WithCancelCause(c.ctx)
-	ctx, cancelDeadline := context.WithDeadline(ctx, sent.Add(maxRun))
+	ctx, cancelDeadline := context.WithDeadline(ctx, now.Add(maxRun))
 	cancel := func(cause error) {
 		cancelCause(cause)
 		cancelDeadline()
 	}
 	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, lease: job.lease},
-		cancel: cancel, renewed: sent, stop: sent.Add(maxRun)}
+		cancel: cancel, renewed: sent, stop: now.Add(maxRun)}
 	c.mu.Lock()
 	c.running[job] = r
 	c.mu.Unlock()
@@ -369,26 +370,26 @@ func (c *consumer) extend(ctx context.Context) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	errs, err := c.q.extend(ctx, jobs)
-	if err != nil {
-		return err
-	}
+	errs := c.q.extend(ctx, jobs)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var failed error
 	for i, r := range runs {
-		if errs[i] == nil {
-			r.renewed = now
-			continue
-		}
-		// Gone to another consumer, or removed: the handler works for
-		// nothing, and its ctx says why.
-		r.lost = true
 		switch {
-		case errors.Is(errs[i], ErrLeaseLost):
-			r.cancel(ErrLeaseLost)
+		case errs[i] == nil:
+			r.renewed = now
+		case errors.Is(errs[i], ErrLeaseLost), errors.Is(errs[i], ErrNotFound):
+			// Gone to another consumer, or removed: the handler works
+			// for nothing, and its ctx says why.
+			r.lost = true
+			if errors.Is(errs[i], ErrLeaseLost) {
+				r.cancel(ErrLeaseLost)
+			} else {
+				r.cancel(ErrNotFound)
+			}
 		default:
-			r.cancel(ErrNotFound)
+			failed = errs[i] // a Redis error: tried again soon
 		}
 	}
-	return nil
+	return failed
 }

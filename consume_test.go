@@ -432,3 +432,27 @@ func consumeHelper(q *DelayQueue) int {
 	fmt.Println("error", err)
 	return 1
 }
+
+func TestMaxRunTimeCountsFromTheHandlersStart(t *testing.T) {
+	c := miniredisClient(t)
+	q := newQueue(t, c, WithSafetyPoll(time.Hour))
+	const maxRun = time.Second
+	left := make(chan time.Duration, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- q.Consume(ctx, "t", func(ctx context.Context, job *Job) error {
+			deadline, _ := ctx.Deadline()
+			left <- time.Until(deadline)
+			return nil
+		}, ConsumeOptions{MaxRunTime: maxRun})
+	}()
+	// The consumer waits a while for its first job, longer than MaxRunTime.
+	idle := time.NewTimer(2 * maxRun)
+	<-idle.C
+	pushed(t, q, &Job{Topic: "t"})
+	got := <-left
+	cancel()
+	require.NoError(t, <-errc)
+	assert.Greater(t, got, maxRun/2, "the handler gets its whole MaxRunTime, not what the wait left")
+}

@@ -36,6 +36,7 @@ func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*
 			if err != nil {
 				return nil, err
 			}
+			job.lease = 0 // not the caller's reservation
 			jobs = append(jobs, job)
 		}
 	}

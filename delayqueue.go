@@ -32,6 +32,7 @@ type DelayQueue struct {
 	// Reserve calls: their names, how long their records live, and the
 	// records to delete (see reserve.lua).
 	reserveCalls atomic.Uint64
+	callPrefix   string
 	recordLife   time.Duration
 	forgetMu     sync.Mutex
 	forgets      map[int][]string // by bucket
@@ -81,6 +82,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		pub:    "PUBLISH",
 		done:   make(chan struct{}),
 
+		callPrefix: newToken()[:16] + ".",
 		recordLife: recordLife(client),
 	}
 	lanes := 1
@@ -194,24 +196,36 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 	}
 }
 
-// stop is the shutdown of Close.
+// stop is the shutdown of Close. The notifier is closed whatever happens
+// to the rest: its goroutines end with Close.
 func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*handler, notes *notifier) error {
-	var errs []error
-	if cancel != nil {
-		cancel()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for _, h := range handlers {
-			if err := h.release(ctx); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+	err := q.stopHandlers(ctx, cancel, stopped, handlers)
 	if notes != nil {
-		if err := notes.close(ctx); err != nil {
+		// Closing it is local: a short bound of its own, should the
+		// handlers have used up ctx.
+		nctx, stop := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer stop()
+		err = errors.Join(err, notes.close(nctx))
+	}
+	return err
+}
+
+// stopHandlers ends the handlers and releases their leases.
+func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*handler) error {
+	if cancel == nil {
+		return nil // never started
+	}
+	cancel()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		// A handler is stuck in a call that its client's timeouts will
+		// end; its lease runs out on its own.
+		return ctx.Err()
+	}
+	var errs []error
+	for _, h := range handlers {
+		if err := h.release(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -255,7 +269,6 @@ func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	a.generated = job.ID == ""
 	for renewals := 0; ; renewals++ {
 		prefix := q.assignID(job, &a)
 		// Concurrent Push calls share round trips and script calls.
@@ -268,6 +281,7 @@ func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
 			return "", err
 		}
+		job.ID = "" // a new one, then
 	}
 }
 
@@ -294,7 +308,6 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 		if err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
-		a.generated = job.ID == ""
 		args[i] = a
 	}
 	ids := make([]string, len(jobs))
@@ -322,6 +335,7 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 				if err := q.idTaken(ctx, a.id, prefixes[i], renewals); err != nil {
 					return nil, err
 				}
+				jobs[i].ID = "" // a new one, then
 				prefixes[i] = q.assignID(jobs[i], a)
 				ids[i] = jobs[i].ID
 				pending = append(pending, a)
@@ -333,11 +347,11 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 	}
 }
 
-// assignID gives a job whose ID is generated a new one, and files it in its
-// bucket. It returns the prefix of the generated ID (nil for a caller's).
+// assignID gives a job without an ID a new one, and files it in its
+// bucket. It returns the prefix of the new ID (nil when it had one).
 func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
 	var prefix *string
-	if a.generated {
+	if job.ID == "" {
 		job.ID, prefix = q.ids.next()
 	}
 	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0

@@ -51,11 +51,43 @@ func TestNewRejectsBadOptions(t *testing.T) {
 func TestNewChecksTheStoredBucketCount(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		name := uniqueName(t)
-		newQueue(t, be.client, WithName(name), WithBuckets(4))
+		q := newQueue(t, be.client, WithName(name), WithBuckets(4))
+		meta := be.client.HGetAll(context.Background(), q.keys.meta()).Val()
 		_, err := New(be.client, WithName(name), WithBuckets(8))
 		assert.ErrorIs(t, err, ErrBucketMismatch)
+		assert.Equal(t, meta, be.client.HGetAll(context.Background(), q.keys.meta()).Val(), "a refused New writes nothing")
 		newQueue(t, be.client, WithName(name), WithBuckets(4))
 	})
+}
+
+func TestCloseEndsTheNotifierEvenWhenAHandlerIsStuck(t *testing.T) {
+	c := miniredisClient(t)
+	defer verifyNoLeaks(t)()
+	q, err := New(c, WithName(uniqueName(t)), WithLogger(discard))
+	require.NoError(t, err)
+	_, err = q.Pop(context.Background(), "t", 0) // subscribes
+	require.ErrorIs(t, err, ErrNoJob)
+	q.mu.Lock()
+	notes := q.notes
+	q.mu.Unlock()
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	stuck := make(chan struct{}) // a handler that never returns
+	err = q.stop(expired, func() {}, stuck, nil, notes)
+	assert.ErrorIs(t, err, context.Canceled)
+	notes.mu.Lock()
+	assert.True(t, notes.closed)
+	notes.mu.Unlock()
+}
+
+func TestReserveCallsOfTwoInstancesNeverShareAName(t *testing.T) {
+	c := miniredisClient(t)
+	name := uniqueName(t)
+	a := newQueue(t, c, WithName(name))
+	require.NoError(t, c.HIncrBy(context.Background(), a.keys.meta(), "nodes", -1).Err())
+	b := newQueue(t, c, WithName(name)) // the same instance number, after the counter went back
+	require.Equal(t, *a.ids.prefix.Load(), *b.ids.prefix.Load())
+	assert.NotEqual(t, a.callName(), b.callName())
 }
 
 func TestNewRefusesJobsOfAnotherEncoding(t *testing.T) {

@@ -28,9 +28,11 @@
 //     A generated ID is unique among every process that ever opens the
 //     queue, and Push returns it only once its job is stored under it.
 //   - A stale consumer changes nothing: once a reservation ran out and the
-//     job went to another consumer, the first one's Finish, Retry, Touch and
-//     Release return ErrLeaseLost. Consume extends the reservations of the
-//     jobs it runs, up to ConsumeOptions.MaxRunTime.
+//     job went to another consumer, the first one's Retry, Touch and
+//     Release return ErrLeaseLost, and so does Finish(ctx, id) when this
+//     DelayQueue's Pop returned that reservation (see Finish for the other
+//     cases). Consume extends the reservations of the jobs it runs, up to
+//     ConsumeOptions.MaxRunTime.
 //   - Every change of a job is one Lua script over the keys of one bucket:
 //     atomic, safe to run twice (go-redis re-sends a command after a read
 //     timeout), and never a CROSSSLOT error on Redis Cluster.

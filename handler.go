@@ -108,8 +108,8 @@ func (h *handler) run(ctx context.Context) {
 func (h *handler) step(ctx context.Context) time.Duration {
 	log := h.q.opts.logger
 	h.calls++
-	// Tombstones whose dedup window ended go once a second, when the
-	// bucket is otherwise idle too.
+	// Tombstones whose dedup window ended go at most once a second, and at
+	// least once per step of an idle handler.
 	trim := time.Since(h.buried) >= time.Second
 	res, err := h.q.moveDue(ctx, h.b, h.token, h.calls, trim)
 	if err == nil && trim && !res.contended {

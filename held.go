@@ -48,11 +48,15 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 }
 
 // lease returns the lease of the reservation of id that this instance
-// holds, or 0 for none.
+// popped, or 0 for none (or one that ran out more than heldHorizon ago).
 func (s *heldSet) lease(id string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.jobs[id].lease
+	h, ok := s.jobs[id]
+	if !ok || time.Since(h.until) > heldHorizon {
+		return 0
+	}
+	return h.lease
 }
 
 // extend records that the reservation under lease runs until until.

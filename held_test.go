@@ -110,3 +110,21 @@ func finishLateHelper(q *DelayQueue) int {
 	fmt.Printf("finish: %v\n", err)
 	return 0
 }
+
+func TestAJobFromGetCannotActOnAReservation(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		id := pushed(t, q, &Job{Topic: "t"})
+		_, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		got, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.ErrorIs(t, q.Retry(ctx, got, nil), ErrInvalidJob)
+		assert.ErrorIs(t, q.Touch(ctx, got), ErrInvalidJob)
+		assert.ErrorIs(t, q.Release(ctx, got), ErrInvalidJob)
+		job, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, StateReserved, job.State, "the popper's reservation stands")
+	})
+}

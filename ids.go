@@ -9,17 +9,20 @@ import (
 // IDs that no other process makes. Each DelayQueue takes an instance number
 // of its own from the queue's counter in Redis (init.lua, HINCRBY on the
 // meta hash: never handed out twice while Redis keeps that hash) and counts
-// its IDs from zero. An ID is written in base 58: one digit saying how many
-// digits the instance number has, the instance number, then the count. No
-// ID is a prefix of the digits of another instance, so two (instance,
-// count) pairs never spell one ID, however many processes open the queue
-// over its life; an ID is 3 characters to start with and grows by one
-// character for every 58-fold of instances or of IDs.
+// its IDs from zero. An ID is "~" (which no caller's ID may begin with),
+// then, in base 58, one digit saying how many digits the instance number
+// has, the instance number, and the count. No ID's digits are a prefix of
+// another instance's, so two (instance, count) pairs never spell one ID,
+// however many processes open the queue over its life; an ID is 4
+// characters to start with and grows by one for every 58-fold of instances
+// or of IDs.
 //
 // Should the counter ever go back (Redis lost the meta hash, or a failover
-// lost its last writes) while an older process still uses its number,
-// push.lua finds the ID taken by another job and says so; Push then takes a
-// new instance number and pushes again under a new ID.
+// lost its last writes) while an older process still uses its number, a
+// push may find its ID held by another job: push.lua tells that from its
+// own earlier run by the job's push nonce, and says so; Push then takes a
+// new instance number and pushes again under a new ID. It cannot see an ID
+// whose job is already gone: that ID is made again, for a new job.
 
 const base58Digits = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
@@ -32,7 +35,7 @@ type idGen struct {
 // instancePrefix is the start of the IDs of instance number n (n >= 1).
 func instancePrefix(n int64) *string {
 	digits := appendBase58(nil, uint64(n))
-	p := string(base58Digits[len(digits)]) + string(digits)
+	p := generatedMark + string(base58Digits[len(digits)]) + string(digits)
 	return &p
 }
 
@@ -59,8 +62,9 @@ func appendBase58(b []byte, n uint64) []byte {
 }
 
 // maxIDRenewals bounds how often one push takes a new instance number
-// because its generated ID was taken: once is all it can need.
-const maxIDRenewals = 3
+// because its generated ID was taken. A counter that went back by k may
+// hand out up to k numbers still in use before a free one.
+const maxIDRenewals = 16
 
 // renewIDs takes a new instance number, unless another push already
 // replaced prefix, the one whose ID was found taken.

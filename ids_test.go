@@ -32,8 +32,8 @@ func TestIDsOfDifferentInstancesNeverMeet(t *testing.T) {
 			seen[id] = [2]uint64{uint64(instance), count}
 		}
 	}
-	assert.Equal(t, "221", makeID(1, 0), "short to begin with")
-	assert.Len(t, makeID(2049, 1_000_000), 1+2+4)
+	assert.Equal(t, "~221", makeID(1, 0), "short to begin with")
+	assert.Len(t, makeID(2049, 1_000_000), 1+1+2+4)
 }
 
 func FuzzIDsNeverCollide(f *testing.F) {
@@ -124,6 +124,27 @@ func TestGeneratedIDsStayUniqueAfterThousandsOfOpenings(t *testing.T) {
 	})
 }
 
+func TestCallersCannotTakeAGeneratedID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		next := string(appendBase58([]byte(*q.ids.prefix.Load()), q.ids.count.Load()))
+		_, err := q.Push(ctx, &Job{ID: next, Topic: "t"})
+		assert.ErrorIs(t, err, ErrInvalidID, "IDs that begin with ~ are the queue's")
+		assert.ErrorIs(t, err, ErrInvalidJob)
+
+		// The Job that Push gave an ID may be pushed again: it is the
+		// same job, and nothing new is made.
+		job := &Job{Topic: "t", Delay: time.Hour}
+		id := pushed(t, q, job)
+		assert.Equal(t, next, id)
+		again, err := q.Push(ctx, job)
+		require.NoError(t, err)
+		assert.Equal(t, id, again)
+		assert.Equal(t, 1, storedJobs(t, q))
+	})
+}
+
 func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
@@ -131,40 +152,41 @@ func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
 		logs := &capture{}
 		q := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
 
-		// A caller took the ID that q makes next, for a job of its own.
-		next := string(appendBase58([]byte(*q.ids.prefix.Load()), q.ids.count.Load()))
-		pushed(t, q, &Job{ID: next, Topic: "t", Body: []byte("the caller's"), Delay: time.Hour})
-		id := pushed(t, q, &Job{Topic: "t", Body: []byte("generated"), Delay: time.Hour})
-		assert.NotEqual(t, next, id)
-		for id, body := range map[string]string{next: "the caller's", id: "generated"} {
-			job, err := q.Get(ctx, id)
-			require.NoError(t, err)
-			assert.Equal(t, body, string(job.Body))
-		}
-
 		// The instance counter went back, as when Redis lost its last
-		// writes: a new process gets the number of a live one.
-		// (q took the counter's latest number when its ID was taken above.)
+		// writes: a new process gets the number of a live one, and the two
+		// make the same IDs. Jobs alike in every field but their due time
+		// (a periodic tick, say) must not pass for one another.
 		require.NoError(t, be.client.HIncrBy(ctx, q.keys.meta(), "nodes", -1).Err())
 		again := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
 		require.Equal(t, *q.ids.prefix.Load(), *again.ids.prefix.Load())
+		first := pushed(t, q, &Job{Topic: "tick", Delay: time.Hour})
+		second := pushed(t, again, &Job{Topic: "tick", Delay: 2 * time.Hour})
+		assert.NotEqual(t, first, second)
+		for id, due := range map[string]time.Duration{first: time.Hour, second: 2 * time.Hour} {
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.WithinDuration(t, time.Now().Add(due), job.RunAt, time.Minute)
+		}
+		assert.Contains(t, logs.String(), "generated job ID was taken")
+
 		const n = 2000
 		acked := pushConcurrently(t, n, q, again)
 		assert.Len(t, acked, 2*n)
 		assert.Equal(t, 2*n, distinct(acked))
 		assert.Equal(t, 2*n+2, storedJobs(t, q))
-		assert.Contains(t, logs.String(), "generated job ID was taken")
 
-		jobs := []*Job{{Topic: "t", Body: []byte("many")}}
-		next = string(appendBase58([]byte(*again.ids.prefix.Load()), again.ids.count.Load()))
-		pushed(t, q, &Job{ID: next, Topic: "t", Body: []byte("in the way")})
-		ids, err := again.PushMany(ctx, jobs)
+		// The same, in a batch.
+		older := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		require.NoError(t, be.client.HIncrBy(ctx, q.keys.meta(), "nodes", -1).Err())
+		third := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		require.Equal(t, *older.ids.prefix.Load(), *third.ids.prefix.Load())
+		in := pushed(t, older, &Job{Topic: "t"}) // in the way of third's first ID
+		jobs := []*Job{{Topic: "t"}}
+		ids, err := third.PushMany(ctx, jobs)
 		require.NoError(t, err)
-		assert.NotEqual(t, next, ids[0])
-		job, err := q.Get(ctx, ids[0])
-		require.NoError(t, err)
-		assert.Equal(t, "many", string(job.Body))
+		assert.NotEqual(t, in, ids[0])
 		assert.Equal(t, ids[0], jobs[0].ID)
+		assert.Equal(t, 2*n+4, storedJobs(t, q))
 	})
 }
 

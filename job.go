@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -47,11 +49,13 @@ func (s State) String() string {
 // they are filled in by Pop and Get and ignored by Push.
 type Job struct {
 	// ID identifies the job. Empty on Push: an ID is generated, unique
-	// among all processes that ever opened the queue (base 58, from 3
-	// characters: this instance's number from a counter in Redis, and a
+	// among all processes that ever opened the queue ("~" and base 58, from
+	// 4 characters: this instance's number from a counter in Redis, and a
 	// count; short to keep memory low). A caller-chosen ID makes Push
-	// idempotent: while a job with that ID exists, pushing it again creates
-	// nothing.
+	// idempotent: while a job with that ID exists (and for its dedup
+	// window after), pushing it again creates nothing. A caller's ID may
+	// not begin with "~"; the Job that Push gave a generated ID may be
+	// pushed again, and is the same job.
 	ID string
 	// Topic names the kind of work; consumers pop by topic.
 	Topic string
@@ -82,16 +86,29 @@ type Job struct {
 	// State is where the job is.
 	State State
 	// ReservedUntil is when the reservation of a reserved job runs out, on
-	// the Redis server's clock.
+	// the Redis server's clock, as of Pop, Get or Touch. Consume extends
+	// the reservations of the jobs it runs without changing this field.
 	ReservedUntil time.Time
 	// LastError is why the job's last delivery failed: the error given to
 	// Retry, or that its reservation ran out. Empty when none failed.
 	LastError string
 
 	// lease identifies the reservation a popped job was delivered under;
-	// Retry, Touch and Release check it inside their scripts.
+	// Retry, Touch and Release check it inside their scripts. Zero on a job
+	// that Pop did not return.
 	lease int64
+	// nonce marks the pushes of a job whose ID the queue generated (see
+	// job.lua); kept here so that pushing the same Job again is known for
+	// what it is.
+	nonce uint64
 }
+
+// generatedMark begins every ID the queue generates, and no ID of a
+// caller's: the two can never meet.
+const generatedMark = "~"
+
+// generated reports whether the queue made id.
+func generated(id string) bool { return strings.HasPrefix(id, generatedMark) }
 
 const (
 	maxTopicLen = 200
@@ -171,6 +188,10 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		if err := validateID(job.ID); err != nil {
 			return pushArgs{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
+		if generated(job.ID) && job.nonce == 0 {
+			return pushArgs{}, fmt.Errorf("%w: %w: %q: IDs that begin with %q are the queue's own; push the Job that Push gave it, or use an ID of your own",
+				ErrInvalidJob, ErrInvalidID, job.ID, generatedMark)
+		}
 	}
 	var a pushArgs
 	switch {
@@ -208,12 +229,20 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	if maxAttempts == 0 {
 		maxAttempts = o.maxAttempts
 	}
+	a.generated = job.ID == "" || generated(job.ID)
 	window := job.DedupWindow
-	if window == 0 {
-		window = o.dedup
+	if window == 0 && !a.generated {
+		window = o.dedup // a generated ID is never pushed again by a producer
+	}
+	if a.generated && job.nonce == 0 {
+		job.nonce = rand.Uint64()&(1<<48-1) | 1
+	}
+	var nonce uint64
+	if a.generated {
+		nonce = job.nonce
 	}
 	a.id = job.ID
-	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window))
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce)
 	return a, nil
 }
 
@@ -223,7 +252,7 @@ var maxRunAt = time.UnixMilli(1<<48 - 1)
 // runAtMs is an absolute due time in Unix milliseconds, rounded up; a time
 // before 1970 is due now all the same (its Unix milliseconds are not even
 // defined 292 million years out). It returns an error matching
-// ErrInvalidJob after maxRunAt (the year 10889).
+// ErrInvalidJob after maxRunAt (2^48-1 ms: August 10889).
 func runAtMs(t time.Time) (int64, error) {
 	switch {
 	case t.After(maxRunAt):
@@ -267,7 +296,8 @@ func bucketOf(id string, buckets int) int {
 // The job encoding; job.lua documents it and decodes it in scripts.
 const (
 	jobFormatVersion = 2
-	jobFormat        = jobFormatVersion << 5 // in the top 3 bits of the first byte
+	jobFormat        = jobFormatVersion << 6 // in the top 2 bits of the first byte
+	jobHasNonce      = 1 << 5
 	jobHasWindow     = 1 << 4
 	jobHasError      = 1 << 3
 	jobHeaderLen     = 22
@@ -279,13 +309,16 @@ const (
 
 // encodeJob writes a new delayed job as push.lua stores it: no attempts, no
 // lease, no error, due at atMs (push.lua writes the due time of a delay),
-// with a dedup window of windowMs (0: none).
-func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64) []byte {
+// with a dedup window of windowMs and a push nonce (0: none of either).
+func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64, nonce uint64) []byte {
 	n := jobHeaderLen
 	if windowMs > 0 {
 		n += 4
 	}
-	v := make([]byte, n, n+len(topic)+len(body))
+	if nonce != 0 {
+		n += 6
+	}
+	v := make([]byte, jobHeaderLen, n+len(topic)+len(body))
 	v[0] = jobFormat | byte(StateDelayed)
 	binary.BigEndian.PutUint16(v[3:], uint16(maxAttempts))
 	binary.BigEndian.PutUint32(v[5:], uint32(ttrMs))
@@ -293,7 +326,12 @@ func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, wi
 	v[21] = byte(len(topic))
 	if windowMs > 0 {
 		v[0] |= jobHasWindow
-		binary.BigEndian.PutUint32(v[jobHeaderLen:], uint32(windowMs))
+		v = binary.BigEndian.AppendUint32(v, uint32(windowMs))
+	}
+	if nonce != 0 {
+		v[0] |= jobHasNonce
+		v = append(v, 0, 0, 0, 0, 0, 0)
+		putUint48(v[len(v)-6:], nonce)
 	}
 	v = append(v, topic...)
 	return append(v, body...)
@@ -316,8 +354,8 @@ func decodeJob(id string, v []byte) (*Job, error) {
 	if len(v) < jobHeaderLen {
 		return corrupt("short header")
 	}
-	if v[0]>>5 != jobFormatVersion {
-		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>5)
+	if v[0]>>6 != jobFormatVersion {
+		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>6)
 	}
 	state := State(v[0] & 7)
 	if state < StateDelayed || state > StateDead {
@@ -338,6 +376,13 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		}
 		window, rest = time.Duration(binary.BigEndian.Uint32(rest))*time.Millisecond, rest[4:]
 	}
+	var nonce uint64
+	if v[0]&jobHasNonce != 0 {
+		if len(rest) < 6 {
+			return corrupt("short push nonce")
+		}
+		nonce, rest = uint64(uint48(rest)), rest[6:]
+	}
 	topicLen := int(v[21])
 	if len(rest) < topicLen+errLen {
 		return corrupt("short topic or error")
@@ -353,6 +398,7 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		TTR:         time.Duration(binary.BigEndian.Uint32(v[5:])) * time.Millisecond,
 		DedupWindow: window,
 		lease:       uint48(v[15:]),
+		nonce:       nonce,
 	}
 	at := time.UnixMilli(uint48(v[9:]))
 	if job.State == StateReserved {

@@ -71,7 +71,7 @@ func TestPushAcceptsUnicodeTopicsAndBinaryBodies(t *testing.T) {
 }
 
 func TestDecodeJobRejectsCorruptValues(t *testing.T) {
-	good := encodeJob("t", []byte("body"), 10, 3, 5, 0)
+	good := encodeJob("t", []byte("body"), 10, 3, 5, 0, 0)
 	for _, v := range [][]byte{
 		nil,
 		good[:jobHeaderLen-1],
@@ -101,7 +101,7 @@ func TestDecodeJobReadsEveryField(t *testing.T) {
 }
 
 func TestEncodeJobRoundTrips(t *testing.T) {
-	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 0))
+	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 0, 0))
 	require.NoError(t, err)
 	assert.Equal(t, &Job{
 		ID: "x", Topic: "orders", Body: []byte{0, '\n', 255}, State: StateDelayed, MaxAttempts: 65535,
@@ -110,7 +110,7 @@ func TestEncodeJobRoundTrips(t *testing.T) {
 }
 
 func TestEncodeJobKeepsTheDedupWindow(t *testing.T) {
-	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1))
+	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1, 1<<48-1))
 	require.NoError(t, err)
 	assert.Equal(t, maxDedupWindow, job.DedupWindow)
 	assert.Equal(t, "t", job.Topic)

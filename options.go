@@ -90,20 +90,19 @@ func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options)
 func WithBackoff(b Backoff) Option { return optionFunc(func(o *options) { o.backoff = b }) }
 
 // WithDeadRetention makes the handlers delete dead jobs that have been dead
-// for longer than d. Default: 0, dead jobs are kept until purged or
+// for longer than d; they look once per safety poll (WithSafetyPoll). Default: 0, dead jobs are kept until purged or
 // requeued.
 func WithDeadRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }
 
-// WithDedupWindow sets the dedup window of jobs pushed without one of their
-// own (Job.DedupWindow): how long a job's ID stays taken after the job was
-// finished or removed, so that a push of that ID within the window creates
-// nothing. It matters for caller-chosen IDs, which a producer may push
-// again after a lost reply. Each finished or removed job leaves a tombstone
-// of about 60 bytes for the window. The window is stored with each job, so
-// it holds whichever process finishes or removes the job. At most 2^32-1
-// ms (49 days). Default: 0, none.
+// WithDedupWindow sets the dedup window of jobs pushed with a caller-chosen
+// ID and no window of their own (Job.DedupWindow): how long the ID stays
+// taken after the job was finished, removed or purged, so that a producer
+// that pushes it again after a lost reply creates nothing. Each such job
+// leaves a tombstone of about 60 bytes for the window. The window is
+// stored with each job, so it holds whichever process finishes or removes
+// the job. At most 2^32-1 ms (49 days). Default: 0, none.
 func WithDedupWindow(d time.Duration) Option { return optionFunc(func(o *options) { o.dedup = d }) }
 
 // WithLogger sets the logger for the handlers' errors and warnings.

@@ -45,6 +45,9 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The reservation is the popper's: a job from Get cannot Retry, Touch
+	// or Release it.
+	job.lease = 0
 	if due, err := score.Result(); err == nil && job.State == StateDelayed {
 		job.RunAt = time.UnixMilli(int64(due))
 	}

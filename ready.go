@@ -124,8 +124,10 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 	return jobs, status, nil
 }
 
-// Pop reserves the oldest ready job of topic, waiting up to timeout for one
-// to become ready; a timeout of zero or less looks once without waiting. The
+// Pop reserves a ready job of topic, waiting up to timeout for one to
+// become ready: the oldest of the bucket it looks at, the buckets taken in
+// turn (so jobs come out in the order they became ready within a bucket,
+// and roughly so across buckets); a timeout of zero or less looks once without waiting. The
 // job is reserved for its TTR: Finish it before then, or it is delivered
 // again. Pop returns ErrNoJob when no job became ready in time, ctx.Err()
 // when ctx ends, ErrClosed when the queue is closed, and ErrInvalidTopic for

@@ -220,9 +220,11 @@ func TestReserveManyTakesEachJobOnce(t *testing.T) {
 			assert.Equal(t, ids[i], job.ID, "oldest first")
 			assert.Equal(t, StateReserved, job.State)
 			leases[job.lease] = true
-			got, err := q.Get(ctx, job.ID)
+			v, err := be.client.HGet(ctx, q.keys.bucket(0).pool, job.ID).Bytes()
 			require.NoError(t, err)
-			assert.Equal(t, job.lease, got.lease, "the lease handed out is the one stored")
+			stored, err := decodeJob(job.ID, v)
+			require.NoError(t, err)
+			assert.Equal(t, job.lease, stored.lease, "the lease handed out is the one stored")
 		}
 		assert.Len(t, leases, 3, "every reservation has a lease of its own")
 		for _, job := range jobs {

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -138,14 +139,14 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 		return err
 	}
 	sent := time.Now()
-	errs, err := q.extend(ctx, []*Job{job})
-	if err != nil {
+	if err := q.extend(ctx, []*Job{job})[0]; err != nil {
+		if !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("delayqueue: touch %q: %w", job.ID, err)
+		}
 		return err
 	}
-	if errs[0] == nil {
-		q.held.extend(job.ID, job.lease, sent.Add(job.TTR))
-	}
-	return errs[0]
+	q.held.extend(job.ID, job.lease, sent.Add(job.TTR))
+	return nil
 }
 
 // maxTouch bounds how many jobs one touch call extends.
@@ -154,10 +155,10 @@ const maxTouch = 256
 // extend extends the reservations of popped jobs, each to its TTR from now,
 // with one script call per bucket (and per 256 jobs), all in one pipeline,
 // and updates their ReservedUntil. It returns, per job, nil or why its
-// reservation could not be extended (ErrLeaseLost, ErrNotFound); err is a
-// Redis error, after which nothing is known. It works on a closed queue,
-// for Consume's handlers that outlive Close.
-func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) ([]error, error) {
+// reservation could not be extended: ErrLeaseLost, ErrNotFound, or the
+// Redis error of its bucket's call, after which nothing is known of it. It
+// works on a closed queue, for Consume's handlers that outlive Close.
+func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 	byBucket := map[int][]int{}
 	for i, job := range jobs {
 		b := bucketOf(job.ID, q.opts.buckets)
@@ -188,7 +189,11 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) ([]error, error) {
 			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.jobs))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("delayqueue: extend reservations in bucket %d: %w", g.b, err)
+			err = fmt.Errorf("delayqueue: extend reservations in bucket %d: %w", g.b, err)
+			for _, i := range g.jobs {
+				errs[i] = err
+			}
+			continue
 		}
 		for k, i := range g.jobs {
 			job := jobs[i]
@@ -202,7 +207,7 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) ([]error, error) {
 			}
 		}
 	}
-	return errs, nil
+	return errs
 }
 
 // Release gives a popped job back to its ready list at once, for another
@@ -239,7 +244,7 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 // from now on the server's clock, or at runAt when it is not zero. It
 // returns ErrNotPending for a reserved or dead job, ErrNotFound when no
 // such job exists, and ErrInvalidJob for a negative delay or a runAt past
-// the year 10889.
+// August 10889.
 func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {

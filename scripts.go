@@ -133,11 +133,12 @@ func (q *DelayQueue) forgotten() map[int][]string {
 	return f
 }
 
-// callName returns a name no other reserve call of any process has: this
-// instance's ID prefix and a count. '.' is not a base-58 digit.
+// callName returns a name no other reserve call of any process has: a
+// random name of this instance (not its instance number, which a counter
+// that went back can hand out twice) and a count.
 func (q *DelayQueue) callName() string {
 	n := q.reserveCalls.Add(1)
-	return string(appendBase58([]byte(*q.ids.prefix.Load()+"."), n))
+	return string(appendBase58([]byte(q.callPrefix), n))
 }
 
 // recordLife is how long a reserve call's record lives when its caller
@@ -161,7 +162,7 @@ func recordLife(client redis.UniversalClient) time.Duration {
 		read, write = max(read, 10*time.Second), max(write, 10*time.Second)
 	}
 	life := time.Duration(max(retries, 0)+1) * (dial + write + read + backoff)
-	return min(max(life, 30*time.Second), 10*time.Minute)
+	return max(life, 30*time.Second)
 }
 
 // noteError asks a Cluster client to reload its slot map after a connection

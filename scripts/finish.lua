@@ -30,7 +30,7 @@ for i, id in ipairs(ids) do
       out[i] = 1
       done[id] = true
       done[#done + 1] = id
-      if has(v, HAS_WINDOW) then
+      if has(v, HAS_WINDOW) then -- spares the clock when there is no window
         bury(dedup, id, v, floor(now_us() / 1000))
       end
     end

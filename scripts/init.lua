@@ -1,13 +1,20 @@
 -- init.lua: record a queue's bucket count and job encoding on first use, and
--- hand out a node number for job IDs.
+-- hand out an instance number for job IDs.
 -- KEYS[1] queue meta hash
 -- ARGV[1] bucket count the caller expects  ARGV[2] job encoding it writes
--- returns {stored bucket count, node sequence, stored encoding}: the stored
--- values are the caller's when the queue is new. A queue created before
--- the encoding was recorded has encoding 0.
+-- returns {stored bucket count, instance number, stored encoding}: the
+-- stored values are the caller's when the queue is new. A queue created
+-- before the encoding was recorded has encoding 0. When either disagrees
+-- with the caller's, no number is handed out (0): New refuses, and writes
+-- nothing.
 
 if redis.call('HSETNX', KEYS[1], 'buckets', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'format', ARGV[2])
 end
+local buckets = tonumber(redis.call('HGET', KEYS[1], 'buckets'))
 local format = tonumber(redis.call('HGET', KEYS[1], 'format') or '0')
-return {tonumber(redis.call('HGET', KEYS[1], 'buckets')), redis.call('HINCRBY', KEYS[1], 'nodes', 1), format}
+local instance = 0
+if buckets == tonumber(ARGV[1]) and format == tonumber(ARGV[2]) then
+  instance = redis.call('HINCRBY', KEYS[1], 'nodes', 1)
+end
+return {buckets, instance, format}

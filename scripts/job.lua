@@ -3,9 +3,10 @@
 -- A job is stored as a fixed 22-byte header, then the optional fields its
 -- flags announce, then topic, last error and body.
 -- Numbers are unsigned big-endian:
---   offset  0  1 byte   format 2 in the top 3 bits; bit 4 set when a dedup
---                       window follows; bit 3 set when a last error
---                       follows; the state in the low 3 bits
+--   offset  0  1 byte   format 2 in the top 2 bits; bit 5 set when a push
+--                       nonce follows; bit 4 when a dedup window follows;
+--                       bit 3 when a last error follows; the state in the
+--                       low 3 bits
 --   offset  1  2 bytes  attempts
 --   offset  3  2 bytes  max attempts
 --   offset  5  4 bytes  ttr_ms
@@ -14,6 +15,7 @@
 --   offset 21  1 byte   topic length
 --   [2 bytes  last error length, when bit 3 is set]
 --   [4 bytes  dedup window ms, when bit 4 is set]
+--   [6 bytes  push nonce, when bit 5 is set]
 --   topic, last error, body (the rest: any bytes)
 -- lease counts reservations: a consumer proves it still holds the job by the
 -- lease it was given.
@@ -23,12 +25,16 @@
 -- job pushed with a delay, sparing a copy of the job).
 -- The dedup window is how long the job's ID stays taken after it was
 -- finished or removed (a tombstone in the bucket's dedup zset).
+-- The push nonce, random, marks a job whose ID the queue generated: a push
+-- that finds its generated ID taken tells its own earlier run (the same
+-- nonce; go-redis re-sent the call) from another job.
 -- The layout keeps a job of a short topic and a 128-byte body within one
 -- 160-byte allocation of Redis's allocator. job.go decodes it and writes the
 -- jobs push.lua stores.
 
 local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
-local FORMAT = 64 -- format 2, top 3 bits
+local FORMAT = 128 -- format 2, top 2 bits
+local HAS_NONCE = 32
 local HAS_WINDOW = 16
 local HAS_ERROR = 8
 local HEADER = 22
@@ -64,17 +70,39 @@ local function has(v, flag)
   return math.floor(byte(v, 1) / flag) % 2 == 1
 end
 
+-- optional returns the position of each optional field of an encoded job
+-- (nil when absent) and where the topic starts. (No multiple assignment
+-- whose targets are also read: miniredis's Lua orders those differently.)
+local function optional(v)
+  local pos, at = HEADER + 1, {}
+  for _, f in ipairs({{HAS_ERROR, 'err', 2}, {HAS_WINDOW, 'window', 4}, {HAS_NONCE, 'nonce', 6}}) do
+    if has(v, f[1]) then
+      at[f[2]] = pos
+      pos = pos + f[3]
+    end
+  end
+  return at, pos
+end
+
+local function u32at(v, pos)
+  local a, b, c, d = byte(v, pos, pos + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
 local function decode(v)
   local flags, t1, t2, m1, m2, r1, r2, r3, r4 = byte(v, 1, 9)
   local tlen = byte(v, 22)
-  local pos, elen, window = HEADER + 1, 0, 0
-  if has(v, HAS_ERROR) then
-    local e1, e2 = byte(v, pos, pos + 1)
-    elen, pos = e1 * 256 + e2, pos + 2
+  local at, pos = optional(v)
+  local elen, window, nonce = 0, 0, ''
+  if at.err then
+    local e1, e2 = byte(v, at.err, at.err + 1)
+    elen = e1 * 256 + e2
   end
-  if has(v, HAS_WINDOW) then
-    local w1, w2, w3, w4 = byte(v, pos, pos + 3)
-    window, pos = ((w1 * 256 + w2) * 256 + w3) * 256 + w4, pos + 4
+  if at.window then
+    window = u32at(v, at.window)
+  end
+  if at.nonce then
+    nonce = sub(v, at.nonce, at.nonce + 5)
   end
   return {
     state = flags % 8,
@@ -84,6 +112,7 @@ local function decode(v)
     at = read48(v, AT),
     lease = read48(v, LEASE),
     window = window,
+    nonce = nonce,
     topic = sub(v, pos, pos + tlen - 1),
     err = sub(v, pos + tlen, pos + tlen + elen - 1),
     body = sub(v, pos + tlen + elen),
@@ -91,7 +120,7 @@ local function decode(v)
 end
 
 local function encode(j)
-  local flags, err, elen, window = FORMAT + j.state, j.err, '', ''
+  local flags, err, elen, window, nonce = FORMAT + j.state, j.err, '', '', ''
   if err ~= '' then
     err = sub(err, 1, 65535)
     flags, elen = flags + HAS_ERROR, u16(#err)
@@ -99,34 +128,52 @@ local function encode(j)
   if j.window > 0 then
     flags, window = flags + HAS_WINDOW, u32(j.window)
   end
+  if j.nonce ~= '' then
+    flags, nonce = flags + HAS_NONCE, j.nonce
+  end
   return char(flags) .. u16(math.min(j.attempts, 65535)) .. u16(j.max) .. u32(j.ttr) ..
-    u48(math.max(j.at, 0)) .. u48(j.lease) .. char(#j.topic) .. elen .. window .. j.topic .. err .. j.body
+    u48(math.max(j.at, 0)) .. u48(j.lease) .. char(#j.topic) .. elen .. window .. nonce ..
+    j.topic .. err .. j.body
 end
 
 -- window_of reads an encoded job's dedup window, 0 for none.
 local function window_of(v)
-  if not has(v, HAS_WINDOW) then
+  local at = optional(v)
+  if not at.window then
     return 0
   end
-  local pos = HEADER + 1
-  if has(v, HAS_ERROR) then
-    pos = pos + 2
+  return u32at(v, at.window)
+end
+
+-- nonce_of reads an encoded job's push nonce, '' for none.
+local function nonce_of(v)
+  local at = optional(v)
+  if not at.nonce then
+    return ''
   end
-  local w1, w2, w3, w4 = byte(v, pos, pos + 3)
-  return ((w1 * 256 + w2) * 256 + w3) * 256 + w4
+  return sub(v, at.nonce, at.nonce + 5)
 end
 
 -- Dedup windows: a job pushed with one leaves a tombstone when it is
 -- finished or removed, its ID scored by when the window ends, so that a
 -- push of the same ID within the window creates nothing.
 
--- bury leaves the tombstone of a job, if it has a window, and deletes the
+-- trim_buried deletes up to 1,000 tombstones whose window ended: the
+-- lowest scores, by rank, so that one call stays short however many wait.
+local function trim_buried(dedup, now_ms)
+  local n = redis.call('ZCOUNT', dedup, '-inf', now_ms)
+  if n > 0 then
+    redis.call('ZREMRANGEBYRANK', dedup, 0, math.min(n, 1000) - 1)
+  end
+end
+
+-- bury leaves the tombstone of a job, if it has a window, and deletes some
 -- tombstones whose window ended.
 local function bury(dedup, id, v, now_ms)
   local window = window_of(v)
   if window > 0 then
     redis.call('ZADD', dedup, now_ms + window, id)
-    redis.call('ZREMRANGEBYSCORE', dedup, '-inf', now_ms)
+    trim_buried(dedup, now_ms)
   end
 end
 

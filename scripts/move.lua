@@ -6,8 +6,8 @@
 -- KEYS[7] dedup zset
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
--- number for this call  ARGV[7] "1" to delete the tombstones whose dedup
--- window ended
+-- number for this call  ARGV[7] "1" to delete (up to 1,000) tombstones
+-- whose dedup window ended
 -- returns {moved, next_due_in_us or -1, mark, topic, count, topic, count, ...}
 -- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
 -- another token holds the lease.
@@ -39,7 +39,7 @@ local now = now_us()
 local now_ms = math.floor(now / 1000)
 local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
 if trim == '1' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now_ms)
+  trim_buried(KEYS[7], now_ms)
 end
 local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
 local ready_count, topics = {}, {}
@@ -75,7 +75,8 @@ end
 local out = {#ids, -1, mark}
 for _, topic in ipairs(topics) do
   redis.call(pub, ready_channel .. topic, ready_count[topic] .. ':' .. mark)
-  out[#out + 1], out[#out + 2] = topic, ready_count[topic]
+  out[#out + 1] = topic
+  out[#out + 1] = ready_count[topic]
 end
 
 local next_due = earliest(bucket)

@@ -6,14 +6,14 @@
 --   id, delay_ms ("" when the job's at_ms holds its due time), the job
 --   encoded as a delayed job (job.lua), with no attempts, lease or error,
 --   and at_ms 0 when a delay is given, and "g" when the queue generated the
---   id ("" for a caller's id)
+--   id ("" for a caller's id); a job of a generated id carries a push nonce
 -- returns one integer per job: 1 created, 0 a caller's id existed already
 -- (as a job, or as a tombstone within its dedup window), -1 a generated id
 -- is held by another job (nothing changed: the caller pushes again under a
 -- new id)
 -- Running it twice creates nothing new: the second run finds every id, and
--- a generated id held by this very job (same topic, body, TTR and max
--- attempts) counts as created.
+-- a generated id held by a job of the same push nonce (this very push, run
+-- before) counts as created.
 
 local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
@@ -23,19 +23,21 @@ local now_ms = floor(now / 1000)
 local created, dues = {}, {}
 local ready_count, topics = {}, {}
 
--- taken reports whether a caller's id is held by a tombstone.
-local function taken(id, gen)
-  return gen == '' and buried(dedup, id, now_ms)
+-- taken reports whether a tombstone holds id. A generated id can have
+-- one only when its job had a window of its own (the queue's default is
+-- for callers' ids), and then this push carries it too.
+local function taken(id, v, gen)
+  return (gen == '' or has(v, HAS_WINDOW)) and buried(dedup, id, now_ms)
 end
 
 -- existing answers for a job whose id is taken: a caller's id dedupes; a
--- generated one is this job pushed again, or another job's.
+-- generated one is this job pushed before, or another job's.
 local function existing(id, v, gen)
   if gen == '' then
     return 0
   end
-  local a, b = decode(redis.call('HGET', pool, id)), decode(v)
-  if a.topic == b.topic and a.body == b.body and a.ttr == b.ttr and a.max == b.max then
+  local held = nonce_of(redis.call('HGET', pool, id))
+  if held ~= '' and held == nonce_of(v) then
     return 1
   end
   return -1
@@ -58,15 +60,10 @@ for i = 4, #ARGV, 4 do
     -- for later, below
   elseif redis.call('HEXISTS', pool, id) == 1 then
     created[n] = existing(id, v, gen)
-  elseif taken(id, gen) then
+  elseif taken(id, v, gen) then
     created[n] = 0
   else
-    -- A pushed job has no error, so its topic follows the header and the
-    -- window, if any.
-    local from = HEADER + 1
-    if has(v, HAS_WINDOW) then
-      from = from + 4
-    end
+    local _, from = optional(v)
     local topic = sub(v, from, from + byte(v, HEADER) - 1)
     redis.call('RPUSH', ready_prefix .. topic, id)
     redis.call('HSET', pool, id, char(byte(v, 1) - DELAYED + READY) .. sub(v, 2, 9) .. u48(now_ms) .. sub(v, 16))
@@ -87,7 +84,7 @@ for i = 4, #ARGV, 4 do
     -- Stored as the client encoded it: a delayed job's due time is its
     -- score, and its at_ms is not read (see job.lua).
     local id, v = ARGV[i], ARGV[i + 2]
-    if taken(id, ARGV[i + 3]) then
+    if taken(id, v, ARGV[i + 3]) then
       created[n] = 0
     elseif redis.call('HSETNX', pool, id, v) == 1 then
       created[n] = 1

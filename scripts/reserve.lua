@@ -47,7 +47,8 @@ local function replay(rec)
     if v then
       local job = decode(v)
       if job.state == RESERVED and job.lease == base + i - 2 then
-        out[#out + 1], out[#out + 2] = id, v
+        out[#out + 1] = id
+        out[#out + 1] = v
       end
     end
   end

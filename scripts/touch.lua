@@ -25,8 +25,10 @@ for i, id in ipairs(ids) do
       out[i] = -1
     else
       job.at = now_ms + job.ttr
-      fields[#fields + 1], fields[#fields + 2] = id, encode(job)
-      scores[#scores + 1], scores[#scores + 2] = job.at, id
+      fields[#fields + 1] = id
+      fields[#fields + 1] = encode(job)
+      scores[#scores + 1] = job.at
+      scores[#scores + 1] = id
       out[i] = job.at
     end
   end
