@@ -100,7 +100,7 @@ type Job struct {
 	// nonce marks the pushes of a job whose ID the queue generated (see
 	// job.lua); kept here so that pushing the same Job again is known for
 	// what it is.
-	nonce uint64
+	nonce uint32
 }
 
 // generatedMark begins every ID the queue generates, and no ID of a
@@ -235,9 +235,9 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		window = o.dedup // a generated ID is never pushed again by a producer
 	}
 	if a.generated && job.nonce == 0 {
-		job.nonce = rand.Uint64()&(1<<48-1) | 1
+		job.nonce = rand.Uint32() | 1
 	}
-	var nonce uint64
+	var nonce uint32
 	if a.generated {
 		nonce = job.nonce
 	}
@@ -310,13 +310,13 @@ const (
 // encodeJob writes a new delayed job as push.lua stores it: no attempts, no
 // lease, no error, due at atMs (push.lua writes the due time of a delay),
 // with a dedup window of windowMs and a push nonce (0: none of either).
-func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64, nonce uint64) []byte {
+func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64, nonce uint32) []byte {
 	n := jobHeaderLen
 	if windowMs > 0 {
 		n += 4
 	}
 	if nonce != 0 {
-		n += 6
+		n += 4
 	}
 	v := make([]byte, jobHeaderLen, n+len(topic)+len(body))
 	v[0] = jobFormat | byte(StateDelayed)
@@ -330,8 +330,7 @@ func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, wi
 	}
 	if nonce != 0 {
 		v[0] |= jobHasNonce
-		v = append(v, 0, 0, 0, 0, 0, 0)
-		putUint48(v[len(v)-6:], nonce)
+		v = binary.BigEndian.AppendUint32(v, nonce)
 	}
 	v = append(v, topic...)
 	return append(v, body...)
@@ -376,12 +375,12 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		}
 		window, rest = time.Duration(binary.BigEndian.Uint32(rest))*time.Millisecond, rest[4:]
 	}
-	var nonce uint64
+	var nonce uint32
 	if v[0]&jobHasNonce != 0 {
-		if len(rest) < 6 {
+		if len(rest) < 4 {
 			return corrupt("short push nonce")
 		}
-		nonce, rest = uint64(uint48(rest)), rest[6:]
+		nonce, rest = binary.BigEndian.Uint32(rest), rest[4:]
 	}
 	topicLen := int(v[21])
 	if len(rest) < topicLen+errLen {

@@ -110,9 +110,10 @@ func TestEncodeJobRoundTrips(t *testing.T) {
 }
 
 func TestEncodeJobKeepsTheDedupWindow(t *testing.T) {
-	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1, 1<<48-1))
+	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1, 1<<32-1))
 	require.NoError(t, err)
 	assert.Equal(t, maxDedupWindow, job.DedupWindow)
+	assert.Equal(t, uint32(1<<32-1), job.nonce)
 	assert.Equal(t, "t", job.Topic)
 	assert.Equal(t, []byte("b"), job.Body)
 }

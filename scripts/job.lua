@@ -15,7 +15,7 @@
 --   offset 21  1 byte   topic length
 --   [2 bytes  last error length, when bit 3 is set]
 --   [4 bytes  dedup window ms, when bit 4 is set]
---   [6 bytes  push nonce, when bit 5 is set]
+--   [4 bytes  push nonce, when bit 5 is set]
 --   topic, last error, body (the rest: any bytes)
 -- lease counts reservations: a consumer proves it still holds the job by the
 -- lease it was given.
@@ -28,8 +28,8 @@
 -- The push nonce, random, marks a job whose ID the queue generated: a push
 -- that finds its generated ID taken tells its own earlier run (the same
 -- nonce; go-redis re-sent the call) from another job.
--- The layout keeps a job of a short topic and a 128-byte body within one
--- 160-byte allocation of Redis's allocator. job.go decodes it and writes the
+-- The layout keeps a job of a 5-byte topic and a 128-byte body, with its
+-- push nonce, within one 160-byte allocation of Redis's allocator. job.go decodes it and writes the
 -- jobs push.lua stores.
 
 local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
@@ -75,7 +75,7 @@ end
 -- whose targets are also read: miniredis's Lua orders those differently.)
 local function optional(v)
   local pos, at = HEADER + 1, {}
-  for _, f in ipairs({{HAS_ERROR, 'err', 2}, {HAS_WINDOW, 'window', 4}, {HAS_NONCE, 'nonce', 6}}) do
+  for _, f in ipairs({{HAS_ERROR, 'err', 2}, {HAS_WINDOW, 'window', 4}, {HAS_NONCE, 'nonce', 4}}) do
     if has(v, f[1]) then
       at[f[2]] = pos
       pos = pos + f[3]
@@ -102,7 +102,7 @@ local function decode(v)
     window = u32at(v, at.window)
   end
   if at.nonce then
-    nonce = sub(v, at.nonce, at.nonce + 5)
+    nonce = sub(v, at.nonce, at.nonce + 3)
   end
   return {
     state = flags % 8,
@@ -151,7 +151,7 @@ local function nonce_of(v)
   if not at.nonce then
     return ''
   end
-  return sub(v, at.nonce, at.nonce + 5)
+  return sub(v, at.nonce, at.nonce + 3)
 end
 
 -- Dedup windows: a job pushed with one leaves a tombstone when it is

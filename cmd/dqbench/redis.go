@@ -25,7 +25,7 @@ var controlCommands = map[string]bool{"info": true, "config|resetstat": true, "f
 var scriptCommands = map[string]bool{
 	"time": true, "get": true, "set": true, "pexpire": true, "pttl": true, "exists": true,
 	"hget": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
-	"zadd": true, "zrem": true, "zrange": true, "zrangebyscore": true, "zcard": true, "zscore": true,
+	"zadd": true, "zrem": true, "zrange": true, "zrangebyscore": true, "zcard": true, "zscore": true, "zcount": true,
 	"zremrangebyrank": true, "zremrangebyscore": true, "sadd": true, "srem": true,
 	"rpush": true, "lpop": true, "publish": true, "hmget": true, "incrby": true, "spublish": true, "lrange": true, "ltrim": true,
 }
