@@ -70,18 +70,27 @@ local function has(v, flag)
   return math.floor(byte(v, 1) / flag) % 2 == 1
 end
 
--- optional returns the position of each optional field of an encoded job
--- (nil when absent) and where the topic starts. (No multiple assignment
--- whose targets are also read: miniredis's Lua orders those differently.)
+-- optional returns where each optional field of an encoded job starts
+-- (error length, window, nonce; nil when absent) and where the topic
+-- starts. It makes no table: decode runs for every job a script touches.
+-- (No multiple assignment whose targets are also read here: miniredis's
+-- Lua orders those differently.)
 local function optional(v)
-  local pos, at = HEADER + 1, {}
-  for _, f in ipairs({{HAS_ERROR, 'err', 2}, {HAS_WINDOW, 'window', 4}, {HAS_NONCE, 'nonce', 4}}) do
-    if has(v, f[1]) then
-      at[f[2]] = pos
-      pos = pos + f[3]
-    end
+  local flags = byte(v, 1)
+  local pos, e, w, n = HEADER + 1, nil, nil, nil
+  if floor(flags / HAS_ERROR) % 2 == 1 then
+    e = pos
+    pos = pos + 2
   end
-  return at, pos
+  if floor(flags / HAS_WINDOW) % 2 == 1 then
+    w = pos
+    pos = pos + 4
+  end
+  if floor(flags / HAS_NONCE) % 2 == 1 then
+    n = pos
+    pos = pos + 4
+  end
+  return e, w, n, pos
 end
 
 local function u32at(v, pos)
@@ -92,17 +101,17 @@ end
 local function decode(v)
   local flags, t1, t2, m1, m2, r1, r2, r3, r4 = byte(v, 1, 9)
   local tlen = byte(v, 22)
-  local at, pos = optional(v)
+  local e, w, n, pos = optional(v)
   local elen, window, nonce = 0, 0, ''
-  if at.err then
-    local e1, e2 = byte(v, at.err, at.err + 1)
+  if e then
+    local e1, e2 = byte(v, e, e + 1)
     elen = e1 * 256 + e2
   end
-  if at.window then
-    window = u32at(v, at.window)
+  if w then
+    window = u32at(v, w)
   end
-  if at.nonce then
-    nonce = sub(v, at.nonce, at.nonce + 3)
+  if n then
+    nonce = sub(v, n, n + 3)
   end
   return {
     state = flags % 8,
@@ -138,20 +147,20 @@ end
 
 -- window_of reads an encoded job's dedup window, 0 for none.
 local function window_of(v)
-  local at = optional(v)
-  if not at.window then
+  local _, w = optional(v)
+  if not w then
     return 0
   end
-  return u32at(v, at.window)
+  return u32at(v, w)
 end
 
 -- nonce_of reads an encoded job's push nonce, '' for none.
 local function nonce_of(v)
-  local at = optional(v)
-  if not at.nonce then
+  local _, _, n = optional(v)
+  if not n then
     return ''
   end
-  return sub(v, at.nonce, at.nonce + 3)
+  return sub(v, n, n + 3)
 end
 
 -- Dedup windows: a job pushed with one leaves a tombstone when it is

@@ -63,7 +63,7 @@ for i = 4, #ARGV, 4 do
   elseif taken(id, v, gen) then
     created[n] = 0
   else
-    local _, from = optional(v)
+    local _, _, _, from = optional(v)
     local topic = sub(v, from, from + byte(v, HEADER) - 1)
     redis.call('RPUSH', ready_prefix .. topic, id)
     redis.call('HSET', pool, id, char(byte(v, 1) - DELAYED + READY) .. sub(v, 2, 9) .. u48(now_ms) .. sub(v, 16))
