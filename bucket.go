@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,33 +26,21 @@ func (q *DelayQueue) push(ctx context.Context, b int, jobs []*pushArgs) error {
 // status. It returns the error of each bucket that failed; nil when all
 // succeeded.
 func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]error {
-	byBucket := map[int][]*pushArgs{}
-	for _, j := range jobs {
-		byBucket[j.bucket] = append(byBucket[j.bucket], j)
-	}
-	type push struct {
-		b    int
-		jobs []*pushArgs
-		call *scriptCall
-	}
-	var pushes []push
-	var calls []*scriptCall
-	for b, group := range byBucket {
-		for chunk := range slices.Chunk(group, maxPushChunk) {
-			keys, args := q.pushCall(b, chunk)
-			c := &scriptCall{script: scriptPush, keys: keys, args: args}
-			pushes = append(pushes, push{b, chunk, c})
-			calls = append(calls, c)
-		}
+	chunks := byBucket(jobs, func(j *pushArgs) int { return j.bucket }, maxPushChunk)
+	calls := make([]*scriptCall, len(chunks))
+	for i, chunk := range chunks {
+		keys, args := q.pushCall(chunk[0].bucket, chunk)
+		calls[i] = &scriptCall{script: scriptPush, keys: keys, args: args}
 	}
 	q.sendCalls(ctx, calls)
 	var errs map[int]error
-	for _, p := range pushes {
-		if err := pushResult(p.b, p.jobs, p.call.cmd); err != nil {
+	for i, chunk := range chunks {
+		b := chunk[0].bucket
+		if err := pushResult(b, chunk, calls[i].cmd); err != nil {
 			if errs == nil {
 				errs = map[int]error{}
 			}
-			errs[p.b] = cmp.Or(errs[p.b], err)
+			errs[b] = cmp.Or(errs[b], err)
 		}
 	}
 	return errs
@@ -77,11 +64,7 @@ func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
 	args := make([]any, 0, 3+4*len(jobs))
 	args = append(args, bk.wake, bk.readyChannels, q.pub)
 	for _, j := range jobs {
-		gen := ""
-		if j.generated {
-			gen = "g"
-		}
-		args = append(args, j.id, j.delayMs, j.job, gen)
+		args = append(args, j.id, j.delayMs, j.job, j.generated)
 	}
 	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup}, args
 }
@@ -130,12 +113,8 @@ type topicCount struct {
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64, trim bool) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup}
-	trimArg := ""
-	if trim {
-		trimArg = "1"
-	}
 	reply, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trimArg).Slice()
+		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trim).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}

@@ -14,8 +14,8 @@ import (
 // letters when its attempts ran out. While it runs, Consume extends the
 // job's reservation in the background, so that no other consumer receives
 // it. ctx ends at the consumer's MaxRunTime, when the job's reservation is
-// lost (context.Cause is ErrLeaseLost) or the job removed (ErrNotFound), and
-// when the grace period after shutdown runs out.
+// lost (context.Cause matches ErrLeaseLost) or the job removed
+// (ErrNotFound), and when the grace period after shutdown runs out.
 type Handler func(ctx context.Context, job *Job) error
 
 // Middleware wraps a Handler, to log, measure or trace around it.
@@ -382,11 +382,7 @@ func (c *consumer) extend(ctx context.Context) error {
 			// Gone to another consumer, or removed: the handler works
 			// for nothing, and its ctx says why.
 			r.lost = true
-			if errors.Is(errs[i], ErrLeaseLost) {
-				r.cancel(ErrLeaseLost)
-			} else {
-				r.cancel(ErrNotFound)
-			}
+			r.cancel(errs[i])
 		default:
 			failed = errs[i] // a Redis error: tried again soon
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 )
@@ -159,43 +158,36 @@ const maxTouch = 256
 // Redis error of its bucket's call, after which nothing is known of it. It
 // works on a closed queue, for Consume's handlers that outlive Close.
 func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
-	byBucket := map[int][]int{}
-	for i, job := range jobs {
-		b := bucketOf(job.ID, q.opts.buckets)
-		byBucket[b] = append(byBucket[b], i)
+	idx := make([]int, len(jobs))
+	for i := range idx {
+		idx[i] = i
 	}
-	type group struct {
-		b    int
-		jobs []int
-	}
-	var groups []group
-	var calls []*scriptCall
-	for b, idx := range byBucket {
-		for chunk := range slices.Chunk(idx, maxTouch) {
-			bk := q.keys.bucket(b)
-			args := make([]any, 0, 2*len(chunk))
-			for _, i := range chunk {
-				args = append(args, jobs[i].ID, jobs[i].lease)
-			}
-			groups = append(groups, group{b, chunk})
-			calls = append(calls, &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args})
+	bucket := func(i int) int { return bucketOf(jobs[i].ID, q.opts.buckets) }
+	chunks := byBucket(idx, bucket, maxTouch)
+	calls := make([]*scriptCall, len(chunks))
+	for c, chunk := range chunks {
+		bk := q.keys.bucket(bucket(chunk[0]))
+		args := make([]any, 0, 2*len(chunk))
+		for _, i := range chunk {
+			args = append(args, jobs[i].ID, jobs[i].lease)
 		}
+		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args}
 	}
 	q.sendCalls(ctx, calls)
 	errs := make([]error, len(jobs))
-	for gi, g := range groups {
-		res, err := calls[gi].cmd.Int64Slice()
-		if err == nil && len(res) != len(g.jobs) {
-			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.jobs))
+	for c, chunk := range chunks {
+		res, err := calls[c].cmd.Int64Slice()
+		if err == nil && len(res) != len(chunk) {
+			err = fmt.Errorf("%d replies for %d jobs", len(res), len(chunk))
 		}
 		if err != nil {
-			err = fmt.Errorf("delayqueue: extend reservations in bucket %d: %w", g.b, err)
-			for _, i := range g.jobs {
+			err = fmt.Errorf("delayqueue: extend reservations in bucket %d: %w", bucket(chunk[0]), err)
+			for _, i := range chunk {
 				errs[i] = err
 			}
 			continue
 		}
-		for k, i := range g.jobs {
+		for k, i := range chunk {
 			job := jobs[i]
 			switch res[k] {
 			case 0:

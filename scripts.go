@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,6 +112,25 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 	for _, c := range calls {
 		q.noteError(ctx, c.cmd.Err())
 	}
+}
+
+// byBucket splits items into the chunks that go in one script call each:
+// those of one bucket, at most limit of them, in order.
+func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
+	groups := map[int][]T{}
+	var order []int
+	for _, it := range items {
+		b := bucket(it)
+		if _, ok := groups[b]; !ok {
+			order = append(order, b)
+		}
+		groups[b] = append(groups[b], it)
+	}
+	var chunks [][]T
+	for _, b := range order {
+		chunks = slices.AppendSeq(chunks, slices.Chunk(groups[b], limit))
+	}
+	return chunks
 }
 
 // forget has the record of a reserve call in bucket b deleted with the next

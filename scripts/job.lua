@@ -263,6 +263,14 @@ local function kill(pool, dead_prefix, dead_topics, id, job, now)
   redis.call('HSET', pool, id, encode(job))
 end
 
+-- dead_gone takes topic off the bucket's dead-topics set once its dead
+-- letters are all gone.
+local function dead_gone(dead, dead_topics, topic)
+  if redis.call('EXISTS', dead) == 0 then
+    redis.call('SREM', dead_topics, topic)
+  end
+end
+
 -- held returns the job with id when it is reserved under lease; otherwise
 -- nil and a status: 0 no such job, -1 the lease is gone.
 local function held(pool, id, lease)

@@ -6,8 +6,8 @@
 -- KEYS[7] dedup zset
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
--- number for this call  ARGV[7] "1" to delete (up to 1,000) tombstones
--- whose dedup window ended
+-- number for this call  ARGV[7] 1 to delete (up to 1,000) tombstones whose
+-- dedup window ended, else 0
 -- returns {moved, next_due_in_us or -1, mark, topic, count, topic, count, ...}
 -- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
 -- another token holds the lease.

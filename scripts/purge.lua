@@ -20,7 +20,5 @@ end
 if #ids > 0 then
   redis.call('ZREM', dead, unpack(ids))
 end
-if redis.call('EXISTS', dead) == 0 then
-  redis.call('SREM', dead_topics, ARGV[1])
-end
+dead_gone(dead, dead_topics, ARGV[1])
 return #ids

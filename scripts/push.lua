@@ -5,8 +5,8 @@
 -- ARGV[4..] four values per job:
 --   id, delay_ms ("" when the job's at_ms holds its due time), the job
 --   encoded as a delayed job (job.lua), with no attempts, lease or error,
---   and at_ms 0 when a delay is given, and "g" when the queue generated the
---   id ("" for a caller's id); a job of a generated id carries a push nonce
+--   and at_ms 0 when a delay is given, and 1 when the queue generated the
+--   id (0 for a caller's id); a job of a generated id carries a push nonce
 -- returns one integer per job: 1 created, 0 a caller's id existed already
 -- (as a job, or as a tombstone within its dedup window), -1 a generated id
 -- is held by another job (nothing changed: the caller pushes again under a
@@ -27,13 +27,13 @@ local ready_count, topics = {}, {}
 -- one only when its job had a window of its own (the queue's default is
 -- for callers' ids), and then this push carries it too.
 local function taken(id, v, gen)
-  return (gen == '' or has(v, HAS_WINDOW)) and buried(dedup, id, now_ms)
+  return (gen ~= '1' or has(v, HAS_WINDOW)) and buried(dedup, id, now_ms)
 end
 
 -- existing answers for a job whose id is taken: a caller's id dedupes; a
 -- generated one is this job pushed before, or another job's.
 local function existing(id, v, gen)
-  if gen == '' then
+  if gen ~= '1' then
     return 0
   end
   local held = nonce_of(redis.call('HGET', pool, id))

@@ -15,9 +15,7 @@ local job = decode(v)
 if job.state == DEAD then
   local dead = dead_prefix .. job.topic
   redis.call('ZREM', dead, id) -- first: see job.lua
-  if redis.call('EXISTS', dead) == 0 then
-    redis.call('SREM', dead_topics, job.topic) -- its last dead job
-  end
+  dead_gone(dead, dead_topics, job.topic)
 end
 redis.call('HDEL', pool, id)
 redis.call('ZREM', bucket, id)

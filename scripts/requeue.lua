@@ -29,7 +29,5 @@ for _, id in ipairs(ids) do
   end
   redis.call('ZREM', dead, id)
 end
-if redis.call('EXISTS', dead) == 0 then
-  redis.call('SREM', dead_topics, ARGV[5]) -- its last dead job
-end
+dead_gone(dead, dead_topics, ARGV[5])
 return n

@@ -163,30 +163,25 @@ func after(deadline time.Time) <-chan time.Time {
 }
 
 func (c *conn) SetDeadline(t time.Time) error {
-	c.setReadDeadline(t)
-	c.setWriteDeadline(t)
+	c.setDeadline(&c.deadline, t)
+	c.setDeadline(&c.wdl, t)
 	return c.Conn.SetDeadline(t)
 }
 
-func (c *conn) SetWriteDeadline(t time.Time) error {
-	c.setWriteDeadline(t)
-	return c.Conn.SetWriteDeadline(t)
-}
-
-func (c *conn) setWriteDeadline(t time.Time) {
-	c.mu.Lock()
-	c.wdl = t
-	c.mu.Unlock()
-}
-
 func (c *conn) SetReadDeadline(t time.Time) error {
-	c.setReadDeadline(t)
+	c.setDeadline(&c.deadline, t)
 	return c.Conn.SetReadDeadline(t)
 }
 
-func (c *conn) setReadDeadline(t time.Time) {
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.setDeadline(&c.wdl, t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// setDeadline records a deadline, for the reads and writes it holds back.
+func (c *conn) setDeadline(field *time.Time, t time.Time) {
 	c.mu.Lock()
-	c.deadline = t
+	*field = t
 	c.mu.Unlock()
 }
 
