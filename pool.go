@@ -129,7 +129,7 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, batch []*request[*finish
 		for _, r := range g.reqs {
 			args = append(args, r.in.id, r.in.lease)
 		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup}, args: args}
+		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup}, args: args, settles: true, bucket: g.key}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {

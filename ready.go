@@ -69,8 +69,9 @@ func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserv
 	for i, g := range groups {
 		bk := q.keys.bucket(g.key.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys: []string{bk.ready(g.key.topic), bk.pool, bk.zset, bk.leases, bk.record(q.callName())},
-			args: []any{bk.wake, q.pub, staleSkips, g.key.topic, g.size, q.recordLife.Milliseconds()}}
+			keys:    []string{bk.ready(g.key.topic), bk.pool, bk.zset, bk.leases, bk.record(q.callName())},
+			args:    []any{bk.wake, q.pub, staleSkips, g.key.topic, g.size, q.recordLife.Milliseconds()},
+			settles: true, bucket: g.key.b}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {

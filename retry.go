@@ -171,7 +171,8 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 		for _, i := range chunk {
 			args = append(args, jobs[i].ID, jobs[i].lease)
 		}
-		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args}
+		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args,
+			settles: true, bucket: bucket(chunk[0])}
 	}
 	q.sendCalls(ctx, calls)
 	errs := make([]error, len(jobs))

@@ -50,13 +50,18 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd // the reply, once sent
+	// settles is set for a script of the settling kind (reserve, finish,
+	// retry, release, touch), which deletes the answered reserve records of
+	// its bucket given as keys after its own; bucket is then its bucket.
+	settles bool
+	bucket  int
 }
 
 // run runs a script by SHA over keys of bucket b. Concurrent calls share
 // round trips: while one is in flight, the calls that follow wait and then
 // go together in one pipeline (see coalescer).
 func (q *DelayQueue) run(ctx context.Context, b int, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c := &scriptCall{script: s, keys: keys, args: args}
+	c := &scriptCall{script: s, keys: keys, args: args, bucket: b, settles: s == scriptRetry || s == scriptRelease}
 	if err := lane(q.calls, b).do(ctx, c); c.cmd == nil {
 		// ctx ended while the call waited its turn: it was never sent.
 		c.cmd = redis.NewCmd(ctx)
@@ -78,11 +83,15 @@ func (q *DelayQueue) flushCalls(ctx context.Context, batch []*request[*scriptCal
 }
 
 // sendCalls sends script calls, in one pipeline when there are several (one
-// round trip per node), and sets each call's reply. The records of reserve
-// calls whose replies are in ride along, deleted in the same pipeline.
+// round trip per node), and sets each call's reply. A settling call takes
+// its bucket's answered reserve records along as keys: no command of its
+// own, and no extra command for a slot in a pipeline (go-redis's Cluster
+// pipeline maps a command twice, and runs it on two connections at once,
+// when another command of its batch to a moving slot is refused with
+// TRYAGAIN).
 func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
-	forgotten := q.forgotten()
-	if len(calls) == 1 && len(forgotten) == 0 {
+	q.attachRecords(calls)
+	if len(calls) == 1 {
 		c := calls[0]
 		c.cmd = c.script.Run(ctx, q.client, c.keys, c.args...)
 	} else {
@@ -90,22 +99,12 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 		for _, c := range calls {
 			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
-		dels := make([]*redis.IntCmd, 0, len(forgotten))
-		for _, keys := range forgotten {
-			dels = append(dels, pipe.Del(ctx, keys...))
-		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
 		for _, c := range calls {
 			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 				// Not run: the server has not seen the script yet (or
 				// restarted). Run loads it.
 				c.cmd = c.script.Run(ctx, q.client, c.keys, c.args...)
-			}
-		}
-		for _, del := range dels {
-			if err := del.Err(); err != nil {
-				// The records expire on their own.
-				q.opts.logger.Debug("delayqueue: cannot delete reserve records", attrError, err)
 			}
 		}
 	}
@@ -133,8 +132,9 @@ func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
 	return chunks
 }
 
-// forget has the record of a reserve call in bucket b deleted with the next
-// script calls that go out.
+// forget has the record of a reserve call in bucket b deleted by the next
+// settling call on that bucket (in the normal course, the one that settles
+// a job the call reserved); the record expires in any case.
 func (q *DelayQueue) forget(b int, record string) {
 	q.forgetMu.Lock()
 	defer q.forgetMu.Unlock()
@@ -144,13 +144,17 @@ func (q *DelayQueue) forget(b int, record string) {
 	q.forgets[b] = append(q.forgets[b], record)
 }
 
-// forgotten takes the records to delete, by bucket.
-func (q *DelayQueue) forgotten() map[int][]string {
+// attachRecords gives each settling call its bucket's records, once.
+func (q *DelayQueue) attachRecords(calls []*scriptCall) {
 	q.forgetMu.Lock()
 	defer q.forgetMu.Unlock()
-	f := q.forgets
-	q.forgets = nil
-	return f
+	for _, c := range calls {
+		if !c.settles || len(q.forgets[c.bucket]) == 0 {
+			continue
+		}
+		c.keys = append(slices.Clip(c.keys), q.forgets[c.bucket]...)
+		delete(q.forgets, c.bucket)
+	}
 }
 
 // callName returns a name no other reserve call of any process has: a

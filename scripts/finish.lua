@@ -1,5 +1,6 @@
 -- finish.lua: delete reserved jobs: their work is done.
--- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset  KEYS[4..] records
+-- of answered reserve calls, to delete
 -- ARGV two values per job: job id, and the lease the caller holds or "" for
 -- any reservation
 -- returns one integer per job: 1 finished, 0 no such job, -1 the job is not
@@ -40,4 +41,5 @@ if #done > 0 then
   redis.call('HDEL', pool, unpack(done))
   redis.call('ZREM', bucket, unpack(done))
 end
+forget_records(4)
 return out

@@ -263,6 +263,15 @@ local function kill(pool, dead_prefix, dead_topics, id, job, now)
   redis.call('HSET', pool, id, encode(job))
 end
 
+-- forget_records deletes the records of answered reserve calls that a
+-- script of the settling kind (reserve, finish, retry, release, touch) is
+-- given after its own keys, from KEYS[first] on (see reserve.lua).
+local function forget_records(first)
+  if #KEYS >= first then
+    redis.call('DEL', unpack(KEYS, first))
+  end
+end
+
 -- dead_gone takes topic off the bucket's dead-topics set once its dead
 -- letters are all gone.
 local function dead_gone(dead, dead_topics, topic)

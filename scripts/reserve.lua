@@ -2,7 +2,7 @@
 -- reserve them.
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] lease counter
 -- KEYS[5] this call's record (a key of the caller's choosing, new for every
--- call)
+-- call)  KEYS[6..] records of answered reserve calls, to delete
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
 -- ARGV[6] how long the record lives, ms
@@ -22,11 +22,14 @@
 -- what it reserved under KEYS[5] before it changes anything, and a second
 -- run of the call (go-redis re-sends it when the reply was lost) answers
 -- from the record, so a reservation whose reply never arrived does not
--- spend an attempt of a job nobody received. The caller deletes the record
--- once it has the reply; it expires in any case.
+-- spend an attempt of a job nobody received. The caller has the record
+-- deleted once it has the reply (by a later reserve or finish call); it
+-- expires in any case.
 
 local ready, pool, bucket, leases, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+forget_records(6)
+
 -- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
 -- maxReserve (ready.go), and the script never takes more than 1,000.
 local want = math.min(tonumber(ARGV[5]), 1000)

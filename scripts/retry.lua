@@ -1,7 +1,8 @@
 -- retry.lua: a consumer failed a reserved job: deliver it again after a
 -- delay, or move it to the dead letters when its attempts ran out.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
--- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set
+-- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6..] records
+-- of answered reserve calls, to delete
 -- ARGV[1] job id  ARGV[2] lease  ARGV[3] delay ms  ARGV[4] error text
 -- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] publish command
 -- returns {1, due_ms} delayed, {2} dead, {0} no such job,
@@ -10,6 +11,7 @@
 
 local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+forget_records(6)
 local wake, ready_channel, pub = ARGV[5], ARGV[6], ARGV[7]
 
 local job, status = held(pool, id, lease)

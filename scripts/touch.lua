@@ -1,6 +1,7 @@
 -- touch.lua: extend the reservations of reserved jobs for long work: each
 -- runs its job's TTR from now.
--- KEYS[1] pool hash  KEYS[2] bucket zset
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3..] records of answered
+-- reserve calls, to delete
 -- ARGV two values per job: job id, and the lease the caller holds
 -- returns one integer per job: the new lease deadline ms, 0 no such job,
 -- -1 the caller's lease is gone
@@ -8,6 +9,7 @@
 -- Running it twice extends from the second run's time.
 
 local pool, bucket = KEYS[1], KEYS[2]
+forget_records(3)
 local ids = {}
 for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]

@@ -18,12 +18,9 @@ var controlCommands = map[string]bool{"info": true, "config|resetstat": true, "f
 // scriptCommands are the commands the queue's scripts call. INFO
 // commandstats counts a command run inside a script like one sent by a
 // client; the queue itself sends none of these (but HGET for Get, which the
-// benchmark does not call, and HINCRBY when a generated ID was taken). DEL
-// is left out: the queue sends it, in the pipeline of its script calls, to
-// delete the records of answered reserve calls, and scripts call it only
-// to release a lease at Close.
+// benchmark does not call, and HINCRBY when a generated ID was taken).
 var scriptCommands = map[string]bool{
-	"time": true, "get": true, "set": true, "pexpire": true, "pttl": true, "exists": true,
+	"time": true, "get": true, "set": true, "del": true, "pexpire": true, "pttl": true, "exists": true,
 	"hget": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
 	"zadd": true, "zrem": true, "zrange": true, "zrangebyscore": true, "zcard": true, "zscore": true, "zcount": true,
 	"zremrangebyrank": true, "zremrangebyscore": true, "sadd": true, "srem": true,
