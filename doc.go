@@ -65,7 +65,7 @@
 //	dq:{name:b}:lock           STRING  the lease of the bucket's handler
 //	dq:{name:b}:deadtopics     SET     topics with dead letters
 //	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
-//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until its reply is in
+//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET    tombstones: IDs of finished or removed jobs, by end of window
 //	dq:{name}:meta             HASH    bucket count, job encoding, instance counter for IDs
 //

@@ -24,7 +24,7 @@ import (
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
-//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until its reply is in
+//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
