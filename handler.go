@@ -3,7 +3,6 @@ package delayqueue
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 )
@@ -30,8 +29,11 @@ type handler struct {
 	free   bool      // the lease holder released the lease
 	// woke lists the (move mark, topic) pairs whose consumers in this
 	// process were woken, by the move's reply or by its message, whichever
-	// came first; the other is skipped. Oldest first, at most maxWoke.
-	woke []wakeKey
+	// came first; the other is skipped. At most maxWoke, the oldest
+	// forgotten first (order is a ring over them).
+	woke  map[wakeKey]struct{}
+	order [maxWoke]wakeKey
+	next  int
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
 	held     bool      // the last move held the lease
@@ -53,13 +55,16 @@ func (h *handler) claimWake(mark, topic string) bool {
 	k := wakeKey{mark, topic}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if slices.Contains(h.woke, k) {
+	if _, ok := h.woke[k]; ok {
 		return false
 	}
-	if len(h.woke) == maxWoke {
-		h.woke = slices.Delete(h.woke, 0, 1)
+	if h.woke == nil {
+		h.woke = make(map[wakeKey]struct{}, maxWoke)
 	}
-	h.woke = append(h.woke, k)
+	delete(h.woke, h.order[h.next]) // the oldest, or the zero key
+	h.order[h.next] = k
+	h.next = (h.next + 1) % maxWoke
+	h.woke[k] = struct{}{}
 	return true
 }
 

@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func TestAWaitingPopLooksAgainWhenItsSubscriptionIsConfirmed(t *testing.T) {
 		require.Eventually(t, func() bool { // the Pop looked, found nothing, and waits
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			return len(w.waiters) == 1 && slices.Equal(w.empty, w.version)
+			return len(w.waiters) == 1 && !slices.ContainsFunc(w.ready, func(n int) bool { return n != 0 })
 		}, 30*time.Second, time.Millisecond)
 		// Published before Redis has the subscription: nobody hears it.
 		id := pushed(t, q, &Job{Topic: "t"})
@@ -156,4 +157,14 @@ func TestNotifierSkipsTheWakeUpOfItsOwnMove(t *testing.T) {
 	assert.True(t, woken("1:"+lost), "a move's message wakes when its reply did not")
 	assert.False(t, h.claimWake(lost, "t"))
 	assert.True(t, h.claimWake(lost, "u"), "per topic")
+}
+
+func TestAHandlerRemembersItsLatestWakeUps(t *testing.T) {
+	h := newHandler(nil, 0)
+	for i := range maxWoke + 1 {
+		require.True(t, h.claimWake(strconv.Itoa(i), "t"))
+	}
+	assert.Len(t, h.woke, maxWoke, "no more than maxWoke are kept")
+	assert.False(t, h.claimWake(strconv.Itoa(maxWoke), "t"), "the latest is remembered")
+	assert.True(t, h.claimWake("0", "t"), "the oldest is forgotten")
 }

@@ -12,10 +12,11 @@ import (
 
 // Each bucket keeps one ready list per topic. A consumer of a topic pops from
 // the lists of every bucket, but only from those that may hold something:
-// whatever makes jobs ready publishes the bucket and how many, and a consumer
-// forgets a bucket once it found its list empty. An idle consumer therefore
-// sends Redis nothing but a safety poll, and n new jobs wake n consumers, not
-// all of them.
+// whatever makes jobs ready publishes the bucket and how many, and the
+// consumers of a process look at a bucket for no more jobs than they were
+// told of (see topicWatch). An idle consumer therefore sends Redis nothing
+// but a safety poll, and n new jobs wake n consumers and cost n looks at
+// most, not one per consumer.
 
 // staleSkips bounds how many stale IDs one reserve call drops.
 const staleSkips = 100
@@ -177,11 +178,16 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	wt := newWaiter()
 	defer w.leave(wt)
 	for {
-		buckets, versions := w.candidates(int(q.rotor.Add(1)%uint32(q.opts.buckets)), all, wt)
+		buckets := w.candidates(int(q.rotor.Add(1)%uint32(q.opts.buckets)), all, wt)
 		again := false
 		var got []*Job
-		for i, b := range buckets {
-			jobs, status, err := q.reserve(ctx, b, topic, min(want-len(got), maxReserve))
+		for _, b := range buckets {
+			l := w.take(b, min(want-len(got), maxReserve), all)
+			if l.n == 0 {
+				continue // another Pop of this process looks at what it has
+			}
+			jobs, status, err := q.reserve(ctx, b, topic, l.n)
+			w.settle(l, len(jobs), status, err)
 			got = append(got, jobs...)
 			switch {
 			case err != nil && len(got) > 0:
@@ -194,8 +200,6 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				return nil, err
 			case len(got) == want:
 				return got, nil
-			case status == listEmpty:
-				w.forget(b, versions[i])
 			case status == onlyStale:
 				again = true
 			}
@@ -231,17 +235,29 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	}
 }
 
-// topicWatch tracks, for one topic in this process, which buckets may hold
-// ready jobs, and the Pops waiting for one. A bucket may hold some when it
-// was notified (or never looked at) since it was last found empty. A
-// notification that n jobs became ready wakes n waiting Pops, oldest first,
-// not all of them.
+// topicWatch tracks, for one topic in this process, how many jobs each
+// bucket's ready list holds as far as the notifications tell, and the Pops
+// waiting for one. A notification that n jobs became ready in a bucket adds
+// n to its count and wakes n waiting Pops, oldest first; a Pop takes from
+// the count what it asks the bucket for (take), so that sixteen Pops do not
+// all look at a list that got one job. A look that finds the list empty sets
+// the count to zero, unless a notification came in the meantime. The count
+// is unknown (every Pop may look) at first, after a safety poll, and when
+// the pub/sub connection was re-established: notifications may have been
+// lost.
 type topicWatch struct {
 	mu      sync.Mutex
+	ready   []int    // per bucket: jobs ready and not taken by a look; unknown for "look"
 	version []uint64 // bumped on every notification of the bucket
-	empty   []uint64 // the version at which the bucket was found empty
 	waiters []*waiter
 }
+
+// unknown is a bucket's ready count when a look must find it out.
+const unknown = -1
+
+// maxCount bounds a ready count: a notification of more is as good as
+// unknown.
+const maxCount = 1 << 30
 
 // waiter is one Pop of the topic. It is in waiters from its look at the
 // buckets until it is woken.
@@ -253,9 +269,9 @@ type waiter struct {
 func newWaiter() *waiter { return &waiter{wake: make(chan struct{}, 1), hint: -1} }
 
 func newTopicWatch(buckets int) *topicWatch {
-	w := &topicWatch{version: make([]uint64, buckets), empty: make([]uint64, buckets)}
-	for b := range w.version {
-		w.version[b] = 1
+	w := &topicWatch{ready: make([]int, buckets), version: make([]uint64, buckets)}
+	for b := range w.ready {
+		w.ready[b] = unknown
 	}
 	return w
 }
@@ -268,16 +284,23 @@ func (w *topicWatch) notify(b, n int) {
 		return // from a queue opened with more buckets: ignored
 	}
 	w.version[b]++
-	w.wakeLocked(max(n, 1), b)
+	n = max(n, 1)
+	switch {
+	case n >= maxCount || w.ready[b] == unknown || w.ready[b]+n >= maxCount:
+		w.ready[b] = unknown
+	default:
+		w.ready[b] += n
+	}
+	w.wakeLocked(n, b)
 }
 
-// recheckAll marks every bucket as maybe holding ready jobs and wakes every
-// waiter.
+// recheckAll makes every bucket's count unknown and wakes every waiter.
 func (w *topicWatch) recheckAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for b := range w.version {
 		w.version[b]++
+		w.ready[b] = unknown
 	}
 	w.wakeLocked(len(w.waiters), -1)
 }
@@ -295,12 +318,12 @@ func (w *topicWatch) wakeLocked(n, b int) {
 	w.waiters = slices.Delete(w.waiters, 0, n)
 }
 
-// candidates lists the buckets that may hold ready jobs (every bucket when
-// all is set), starting at a rotating offset so that consumers spread over
-// buckets, but with the bucket wt was woken for first, and with their
-// versions. It (re)enlists wt as a waiter, so that a notification from now on
+// candidates lists the buckets that may hold ready jobs not taken by a
+// look (every bucket when all is set), starting at a rotating offset so that
+// consumers spread over buckets, but with the bucket wt was woken for
+// first. It (re)enlists wt as a waiter, so that a notification from now on
 // wakes it.
-func (w *topicWatch) candidates(start int, all bool, wt *waiter) ([]int, []uint64) {
+func (w *topicWatch) candidates(start int, all bool, wt *waiter) []int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	select {
@@ -312,7 +335,6 @@ func (w *topicWatch) candidates(start int, all bool, wt *waiter) ([]int, []uint6
 	}
 	n := len(w.version)
 	var buckets []int
-	var versions []uint64
 	for i := -1; i < n; i++ {
 		b := (start + i) % n
 		switch {
@@ -323,13 +345,57 @@ func (w *topicWatch) candidates(start int, all bool, wt *waiter) ([]int, []uint6
 		case b == wt.hint:
 			continue
 		}
-		if all || w.version[b] != w.empty[b] {
+		if all || w.ready[b] != 0 {
 			buckets = append(buckets, b)
-			versions = append(versions, w.version[b])
 		}
 	}
 	wt.hint = -1
-	return buckets, versions
+	return buckets
+}
+
+// look is a Pop's look at one bucket: it asks for n jobs, and took credit
+// of the bucket's count.
+type look struct {
+	b, n    int
+	credit  int
+	version uint64
+}
+
+// take plans a look at bucket b for up to want jobs. A bucket whose count
+// is known is asked for no more than its count (n is 0 when it has none
+// left); all asks every bucket for want.
+func (w *topicWatch) take(b, want int, all bool) look {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := look{b: b, n: want, version: w.version[b]}
+	if c := w.ready[b]; c != unknown {
+		l.credit = min(c, want)
+		w.ready[b] -= l.credit
+		if !all {
+			l.n = l.credit
+		}
+	}
+	return l
+}
+
+// settle records what a look found: got jobs, and how the call ended (err
+// when it failed, and nothing is known).
+func (w *topicWatch) settle(l look, got int, status reserveStatus, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case err != nil || status == onlyStale:
+		// The list may still hold what the look took credit for: give
+		// it back, and to a waiter.
+		if back := l.credit - min(got, l.credit); back > 0 {
+			if w.ready[l.b] != unknown {
+				w.ready[l.b] += back
+			}
+			w.wakeLocked(back, l.b)
+		}
+	case status == listEmpty && w.version[l.b] == l.version:
+		w.ready[l.b] = 0
+	}
 }
 
 // leave takes a returning Pop off the waiters. A wake-up it was given and
@@ -345,15 +411,5 @@ func (w *topicWatch) leave(wt *waiter) {
 	case <-wt.wake:
 		w.wakeLocked(1, wt.hint)
 	default:
-	}
-}
-
-// forget records that bucket b was found empty at version v; a notification
-// since then keeps it a candidate.
-func (w *topicWatch) forget(b int, v uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.version[b] == v {
-		w.empty[b] = v
 	}
 }

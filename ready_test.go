@@ -3,9 +3,11 @@ package delayqueue
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,40 +103,51 @@ func TestPopSkipsStaleIDs(t *testing.T) {
 func TestTopicWatch(t *testing.T) {
 	w := newTopicWatch(4)
 	pop := newWaiter()
-	b, v := w.candidates(1, false, pop)
+	b := w.candidates(1, false, pop)
 	assert.Equal(t, []int{1, 2, 3, 0}, b, "every bucket is a candidate at first")
-	for i := range b {
-		w.forget(b[i], v[i])
+	for _, b := range b {
+		l := w.take(b, 1, false)
+		assert.Equal(t, 1, l.n, "a bucket of unknown count is asked for what the Pop wants")
+		w.settle(l, 0, listEmpty, nil)
 	}
-	b, _ = w.candidates(0, false, pop)
-	assert.Empty(t, b)
-	b, _ = w.candidates(2, true, pop)
-	assert.Equal(t, []int{2, 3, 0, 1}, b, "all lists every bucket")
+	assert.Empty(t, w.candidates(0, false, pop), "a bucket found empty is no candidate")
+	assert.Equal(t, []int{2, 3, 0, 1}, w.candidates(2, true, pop), "all lists every bucket")
+	assert.Equal(t, 1, w.take(2, 1, true).n, "all asks a bucket even when its count is 0")
 
-	w.notify(2, 1)
+	w.notify(2, 3)
 	assert.Len(t, pop.wake, 1, "a notification wakes a waiter")
-	b, v = w.candidates(0, false, pop)
-	assert.Equal(t, []int{2}, b)
+	assert.Equal(t, []int{2}, w.candidates(0, false, pop))
+	l := w.take(2, 5, false)
+	assert.Equal(t, 3, l.n, "a look asks for no more than the bucket's count")
+	assert.Equal(t, 0, w.take(2, 1, false).n, "nor does the next, while the first looks")
+	w.settle(l, 3, filled, nil)
+	assert.Empty(t, w.candidates(0, false, pop))
+
+	w.notify(1, 2)
+	l = w.take(1, 2, false)
+	w.notify(1, 1) // arrives while bucket 1 is looked at
+	w.settle(l, 0, listEmpty, nil)
+	assert.Equal(t, []int{1}, w.candidates(0, false, pop), "a notification during the look keeps the bucket")
+	assert.Equal(t, 1, w.take(1, 5, false).n)
+
+	w.notify(3, 2)
+	l = w.take(3, 2, false)
+	w.settle(l, 0, 0, errors.New("down"))
+	assert.Equal(t, 2, w.take(3, 5, false).n, "a failed look gives its credit back")
+	w.notify(0, 4)
+	l = w.take(0, 4, false)
+	w.settle(l, 1, onlyStale, nil)
+	assert.Equal(t, 3, w.take(0, 5, false).n, "so does a look that met only stale IDs, for what it did not get")
 
 	w.recheckAll()
 	w.candidates(0, false, pop)
 	w.notify(3, 1)
-	b, _ = w.candidates(0, false, pop)
-	assert.Equal(t, []int{3, 0, 1, 2}, b, "the bucket a waiter was woken for comes first")
-	for i := range b {
-		w.forget(b[i], w.version[b[i]])
-	}
+	assert.Equal(t, []int{3, 0, 1, 2}, w.candidates(0, false, pop), "the bucket a waiter was woken for comes first")
 	assert.Empty(t, pop.wake, "looking takes the wake-up")
 
-	w.notify(2, 1) // arrives while bucket 2 is being looked at
-	w.forget(2, v[0])
-	b, _ = w.candidates(0, false, pop)
-	assert.Equal(t, []int{2}, b, "a notification after the look keeps the bucket")
-
 	w.notify(99, 1) // from a queue with more buckets: ignored
-	w.recheckAll()
-	b, _ = w.candidates(0, false, pop)
-	assert.Len(t, b, 4)
+	w.notify(2, math.MaxInt32)
+	assert.Equal(t, 5, w.take(2, 5, false).n, "a count too large to keep is unknown")
 	w.leave(pop)
 	assert.Empty(t, w.waiters)
 }
@@ -406,5 +419,50 @@ func TestALostReserveReplySpendsNoAttempt(t *testing.T) {
 				assert.NotContains(t, k, ":rsv:", "the records of answered reserve calls are deleted")
 			}
 		}
+	})
+}
+
+// Sixteen busy consumers of one process, with jobs becoming ready one at a
+// time, look at a bucket's list for no more jobs than they were told of: n
+// jobs cost about n reserve calls, not one per consumer that comes back to
+// Pop while the bucket is "maybe not empty".
+func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		const jobs, consumers, buckets = 600, 16, 8
+		reserves := &scriptCounter{sha: scriptReserve.Hash()}
+		be.client.AddHook(reserves)
+		name := uniqueName(t)
+		consumer := newQueue(t, be.client, WithName(name), WithBuckets(buckets), WithSafetyPoll(time.Hour))
+		producer := newQueue(t, be.client, WithName(name), WithBuckets(buckets))
+
+		var got atomic.Int64
+		var wg sync.WaitGroup
+		for range consumers {
+			wg.Go(func() {
+				for got.Load() < jobs {
+					job, err := consumer.Pop(ctx, "t", 100*time.Millisecond)
+					if errors.Is(err, ErrNoJob) {
+						continue
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+					assert.NoError(t, consumer.Finish(ctx, job.ID))
+					got.Add(1)
+				}
+			})
+		}
+		subscribed(t, consumer, "t")
+		for range jobs {
+			pushed(t, producer, &Job{Topic: "t"})
+		}
+		wg.Wait()
+		require.EqualValues(t, jobs, got.Load())
+		// Looks that find out what a bucket holds, at first and after a
+		// subscription's confirmation, come on top: at most one per
+		// consumer and bucket each time.
+		assert.LessOrEqual(t, reserves.n.Load(), int64(jobs+2*consumers*buckets),
+			"reserve calls for %d jobs", jobs)
 	})
 }
