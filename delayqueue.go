@@ -77,16 +77,42 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	}
 	q := &DelayQueue{
 		client: client,
-		opts:   o,
-		keys:   newKeyspace(o.name, o.buckets),
 		pub:    "PUBLISH",
 		done:   make(chan struct{}),
 
 		callPrefix: newToken()[:16] + ".",
 		recordLife: recordLife(client),
 	}
+	_, cluster := client.(*redis.ClusterClient)
+	buckets, asStored := o.buckets, !o.set.buckets
+	if asStored {
+		// A new queue's buckets: on a Cluster they spread it over
+		// masters; on one server each bucket only adds script calls
+		// (a move per bucket and due time, a reserve per bucket).
+		buckets = 1
+		if cluster {
+			buckets = 8
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
+	defer cancel()
+	res, err := scriptInit.Run(ctx, client, []string{newKeyspace(o.name, 0).meta()}, buckets, jobFormatVersion, asStored).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
+	}
+	if len(res) != 3 {
+		return nil, fmt.Errorf("delayqueue: open queue %q: unexpected reply %v", o.name, res)
+	}
+	if int(res[0]) != buckets && !asStored {
+		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], buckets)
+	}
+	if res[0] < 1 || res[0] > 4096 {
+		return nil, fmt.Errorf("delayqueue: open queue %q: stored bucket count %d", o.name, res[0])
+	}
+	o.buckets = int(res[0])
+	q.opts, q.keys = o, newKeyspace(o.name, o.buckets)
 	lanes := 1
-	if _, ok := client.(*redis.ClusterClient); ok {
+	if cluster {
 		q.pub = "SPUBLISH"
 		lanes = o.buckets
 	}
@@ -94,18 +120,6 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	q.calls = newLanes(lanes, maxPipelinedCalls, q.flushCalls)
 	q.reserves = newLanes(lanes, maxPipelinedCalls, q.flushReserves)
 	q.finishes = newLanes(lanes, maxPipelinedCalls, q.flushFinishes)
-	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
-	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{q.keys.meta()}, o.buckets, jobFormatVersion).Int64Slice()
-	if err != nil {
-		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
-	}
-	if len(res) != 3 {
-		return nil, fmt.Errorf("delayqueue: open queue %q: unexpected reply %v", o.name, res)
-	}
-	if int(res[0]) != o.buckets {
-		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], o.buckets)
-	}
 	if res[2] != jobFormatVersion {
 		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormatVersion)
 	}

@@ -60,6 +60,32 @@ func TestNewChecksTheStoredBucketCount(t *testing.T) {
 	})
 }
 
+// Without WithBuckets, a queue keeps the bucket count it was created with,
+// and a new one gets one bucket on a single server and eight on a Cluster.
+func TestNewTakesTheStoredBucketCountByDefault(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		fresh := newQueue(t, be.client)
+		want := 1
+		if _, cluster := be.client.(*redis.ClusterClient); cluster {
+			want = 8
+		}
+		assert.Equal(t, want, fresh.opts.buckets, "a new queue")
+
+		name := uniqueName(t)
+		created := newQueue(t, be.client, WithName(name), WithBuckets(5))
+		opened := newQueue(t, be.client, WithName(name))
+		assert.Equal(t, 5, opened.opts.buckets, "an existing queue keeps its count")
+		id := pushed(t, created, &Job{Topic: "t"})
+		job, err := opened.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, id, job.ID, "the two instances agree on the job's bucket")
+
+		_, err = New(be.client, WithName(name), WithBuckets(0))
+		assert.ErrorIs(t, err, ErrInvalidOption, "zero buckets asked for")
+	})
+}
+
 func TestCloseEndsTheNotifierEvenWhenAHandlerIsStuck(t *testing.T) {
 	c := miniredisClient(t)
 	defer verifyNoLeaks(t)()

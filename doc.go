@@ -52,8 +52,8 @@
 //
 // # Layout in Redis
 //
-// A queue has a name and a fixed number of buckets (WithBuckets, default 8),
-// stored in Redis. A job's bucket follows from its ID alone. All keys of
+// A queue has a name and a fixed number of buckets (WithBuckets; by default
+// 8 on Redis Cluster and 1 elsewhere), stored in Redis. A job's bucket follows from its ID alone. All keys of
 // bucket b carry the hash tag {name:b} (or {name:b~k}, so that the buckets'
 // slots spread evenly over the slot space), so one bucket lives in one
 // Cluster slot and the buckets spread over the masters:

@@ -28,12 +28,13 @@ type options struct {
 	retention   time.Duration
 	dedup       time.Duration
 	logger      *slog.Logger
+	set         struct{ buckets bool } // options given, where unset means "as stored"
 }
 
 func defaultOptions() options {
 	return options{
 		name:        "default",
-		buckets:     8,
+		buckets:     0, // the stored count, or a default by the kind of client (see WithBuckets)
 		ttr:         30 * time.Second,
 		maxAttempts: 10,
 		maxBody:     1 << 20,
@@ -50,11 +51,16 @@ func defaultOptions() options {
 // A name is 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'.
 func WithName(name string) Option { return optionFunc(func(o *options) { o.name = name }) }
 
-// WithBuckets sets how many buckets (shards) the queue has. Default: 8.
-// It is fixed for the life of the queue's data: New fails with
-// ErrBucketMismatch when it disagrees with the number stored in Redis.
-// On Redis Cluster, more buckets spread one queue over more masters.
-func WithBuckets(n int) Option { return optionFunc(func(o *options) { o.buckets = n }) }
+// WithBuckets sets how many buckets (shards) the queue has. It is fixed for
+// the life of the queue's data: New fails with ErrBucketMismatch when it
+// disagrees with the number stored in Redis. On Redis Cluster, more buckets
+// spread one queue over more masters; on a single server (or Sentinel's
+// master) they only split the work into more, smaller script calls, each
+// with its own fixed cost. Default: the number the queue was created with;
+// a new queue gets 8 on Redis Cluster and 1 elsewhere.
+func WithBuckets(n int) Option {
+	return optionFunc(func(o *options) { o.buckets, o.set.buckets = n, true })
+}
 
 // WithDefaultTTR sets the time-to-run of jobs pushed without one: how long a
 // consumer may hold a popped job before it is delivered again. Default: 30s.
@@ -115,7 +121,7 @@ func (o *options) validate() error {
 	switch {
 	case !validName.MatchString(o.name):
 		return fmt.Errorf("%w: name %q: want 1 to 64 of A-Z a-z 0-9 _ - .", ErrInvalidOption, o.name)
-	case o.buckets < 1 || o.buckets > 4096:
+	case o.buckets < 0 || o.buckets > 4096 || o.set.buckets && o.buckets == 0:
 		return fmt.Errorf("%w: buckets %d: want 1 to 4096", ErrInvalidOption, o.buckets)
 	case o.ttr < time.Millisecond || o.ttr > maxTTR:
 		return fmt.Errorf("%w: default TTR %v: want 1ms to %v", ErrInvalidOption, o.ttr, maxTTR)

@@ -2,6 +2,8 @@
 -- hand out an instance number for job IDs.
 -- KEYS[1] queue meta hash
 -- ARGV[1] bucket count the caller expects  ARGV[2] job encoding it writes
+-- ARGV[3] 1 when the caller takes the stored bucket count, whatever it is
+-- (ARGV[1] is then the count for a new queue), else 0
 -- returns {stored bucket count, instance number, stored encoding}: the
 -- stored values are the caller's when the queue is new. A queue created
 -- before the encoding was recorded has encoding 0. When either disagrees
@@ -14,7 +16,7 @@ end
 local buckets = tonumber(redis.call('HGET', KEYS[1], 'buckets'))
 local format = tonumber(redis.call('HGET', KEYS[1], 'format') or '0')
 local instance = 0
-if buckets == tonumber(ARGV[1]) and format == tonumber(ARGV[2]) then
+if (buckets == tonumber(ARGV[1]) or ARGV[3] == '1') and format == tonumber(ARGV[2]) then
   instance = redis.call('HINCRBY', KEYS[1], 'nodes', 1)
 end
 return {buckets, instance, format}
