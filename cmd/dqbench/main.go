@@ -5,6 +5,13 @@
 //	go run ./cmd/dqbench -addr host:port  # an existing Redis (its data is flushed!)
 //	go run ./cmd/dqbench -only s2 -runs 3
 //	go run ./cmd/dqbench -cluster         # a throwaway 3-master Redis Cluster
+//
+// The layout scenarios l (lateness), e (end to end) and p (push) run only
+// when named: they run the queue in separate producer and consumer
+// processes, in the topologies -topology names, and the minimal design
+// beside it run by run (see layout.go):
+//
+//	go run ./cmd/dqbench -only l,e,p -runs 10 -topology single,split,multi -method pop,consume
 package main
 
 import (
@@ -22,6 +29,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == roleFlag {
+		if err := runChild(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "dqbench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx); err != nil {
@@ -47,6 +61,11 @@ type bench struct {
 	client redis.UniversalClient
 	nodes  []*redis.Client // every master, for INFO and resets
 	seq    int
+
+	addrs   []string // Redis (every master on a Cluster), for child processes
+	cluster bool
+	lJobs   int           // jobs in L
+	lSpread time.Duration // L's jobs are due over this long
 
 	lateness [][]time.Duration // S2's sorted lateness samples, per run
 	growth   [][2][]float64    // S6's push and move costs, per run
@@ -81,13 +100,39 @@ func (b *bench) resetStats(ctx context.Context) error {
 func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
-	only := flag.String("only", "", "comma-separated scenario IDs to run (default: all)")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s6; the layout scenarios l, e and p run only when named)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
+	topology := flag.String("topology", "single,split,multi", "layouts of L and E: single (one process pushes and consumes), split (a producer and a consumer process), multi (a producer and three consumers)")
+	method := flag.String("method", "pop,consume", "how L and E's queue consumers take jobs: pop (16 goroutines calling Pop and Finish) or consume (Consume with 16 handlers)")
+	b := &bench{}
+	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
+	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
 	flag.Parse()
 
-	b := &bench{}
+	stealStart := readCPU()
+	inProcess, layouts, err := chooseScenarios(*only)
+	if err != nil {
+		return err
+	}
+	topologies, err := listFlag("topology", *topology, "single", "split", "multi")
+	if err != nil {
+		return err
+	}
+	methods, err := listFlag("method", *method, "pop", "consume")
+	if err != nil {
+		return err
+	}
+	switch {
+	case *runs < 1:
+		return fmt.Errorf("-runs %d: at least 1", *runs)
+	case b.lJobs < 1:
+		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
+	case b.lSpread < time.Millisecond:
+		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
+	}
+
 	where := *addr
 	switch {
 	case *cluster:
@@ -97,6 +142,7 @@ func run(ctx context.Context) error {
 		}
 		defer stop()
 		b.client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 64})
+		b.addrs, b.cluster = addrs, true
 		for _, a := range addrs {
 			b.nodes = append(b.nodes, redis.NewClient(&redis.Options{Addr: a}))
 		}
@@ -111,6 +157,7 @@ func run(ctx context.Context) error {
 			where = srv.Addr
 		}
 		b.client = redis.NewClient(&redis.Options{Addr: where, PoolSize: 64})
+		b.addrs = []string{where}
 		b.nodes = []*redis.Client{redis.NewClient(&redis.Options{Addr: where})}
 	}
 	defer b.client.Close()
@@ -123,18 +170,11 @@ func run(ctx context.Context) error {
 
 	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s\n\n",
 		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
-	fmt.Println("| scenario | figure | median | min – max |")
-	fmt.Println("|---|---|---|---|")
-	want := map[string]bool{}
-	for _, id := range strings.Split(*only, ",") {
-		if id != "" {
-			want[strings.ToLower(strings.TrimSpace(id))] = true
-		}
+	if len(inProcess) > 0 {
+		fmt.Println("| scenario | figure | median | min – max |")
+		fmt.Println("|---|---|---|---|")
 	}
-	for _, s := range scenarios {
-		if len(want) > 0 && !want[s.id] {
-			continue
-		}
+	for _, s := range inProcess {
 		var all []figures
 		for i := range *runs {
 			if err := b.reset(ctx); err != nil {
@@ -156,6 +196,16 @@ func run(ctx context.Context) error {
 				num(median(vals)), f.unit, num(vals[0]), num(vals[len(vals)-1]))
 		}
 	}
+	if len(layouts) > 0 {
+		if len(inProcess) > 0 {
+			fmt.Println()
+		}
+		if err := b.runLayouts(ctx, layouts, *runs, topologies, methods); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nCPU steal during the sitting: %s %% of the machine's CPU time (/proc/stat).\n",
+		cell(stealPercent(stealStart, readCPU())))
 	if *plots != "" {
 		suffix := ""
 		if *cluster {
@@ -164,6 +214,54 @@ func run(ctx context.Context) error {
 		return b.writeCharts(*plots, suffix)
 	}
 	return nil
+}
+
+// chooseScenarios picks the scenarios -only names: with none named, the
+// in-process ones, s1 to s6.
+func chooseScenarios(only string) ([]scenario, []*layoutScenario, error) {
+	want := map[string]bool{}
+	for _, id := range strings.Split(only, ",") {
+		if id = strings.ToLower(strings.TrimSpace(id)); id != "" {
+			want[id] = true
+		}
+	}
+	var inProcess []scenario
+	var layouts []*layoutScenario
+	for _, s := range scenarios {
+		if len(want) == 0 || want[s.id] {
+			inProcess = append(inProcess, s)
+			delete(want, s.id)
+		}
+	}
+	for _, s := range layoutScenarios {
+		if want[s.id] {
+			layouts = append(layouts, s)
+			delete(want, s.id)
+		}
+	}
+	for id := range want {
+		return nil, nil, fmt.Errorf("-only: no scenario %q", id)
+	}
+	return inProcess, layouts, nil
+}
+
+// listFlag splits a comma-separated flag value, each item one of allowed.
+func listFlag(name, value string, allowed ...string) ([]string, error) {
+	var items []string
+	for _, v := range strings.Split(value, ",") {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		if !slices.Contains(allowed, v) {
+			return nil, fmt.Errorf("-%s: %q is none of %s", name, v, strings.Join(allowed, ", "))
+		}
+		items = append(items, v)
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("-%s: none given", name)
+	}
+	return items, nil
 }
 
 func median(sorted []float64) float64 {

@@ -27,6 +27,12 @@ var scriptCommands = map[string]bool{
 	"rpush": true, "lpop": true, "publish": true, "hmget": true, "incrby": true, "spublish": true, "lrange": true, "ltrim": true,
 }
 
+// minScriptCommands are the commands the baseline's mover script calls;
+// the baseline sends ZADD, EVALSHA and BLPOP itself.
+var minScriptCommands = map[string]bool{
+	"time": true, "zrangebyscore": true, "rpush": true, "zrem": true, "zrange": true,
+}
+
 // commandCount splits INFO commandstats into the commands clients sent and
 // all commands run, those inside scripts included.
 type commandCount struct{ sent, run int64 }
@@ -44,13 +50,29 @@ func (c commandCount) perJob(n int) figures {
 
 // commandCalls adds up INFO commandstats over every master.
 func (b *bench) commandCalls(ctx context.Context) (commandCount, error) {
+	return b.countCommands(ctx, scriptCommands)
+}
+
+// commandCallsOf is commandCalls for a layout design: "dq", the queue, or
+// "min", the baseline, which sends some of the commands the queue runs only
+// inside scripts.
+func (b *bench) commandCallsOf(ctx context.Context, impl string) (commandCount, error) {
+	if impl == "min" {
+		return b.countCommands(ctx, minScriptCommands)
+	}
+	return b.countCommands(ctx, scriptCommands)
+}
+
+// countCommands adds up INFO commandstats over every master, counting the
+// commands in inScripts as run but not sent.
+func (b *bench) countCommands(ctx context.Context, inScripts map[string]bool) (commandCount, error) {
 	var n commandCount
 	for _, node := range b.nodes {
 		info, err := node.Info(ctx, "commandstats").Result()
 		if err != nil {
 			return commandCount{}, fmt.Errorf("info commandstats: %w", err)
 		}
-		n = n.add(parseCommandStats(info))
+		n = n.add(parseCommandStats(info, inScripts))
 	}
 	return n, nil
 }
@@ -59,7 +81,7 @@ func (c commandCount) add(d commandCount) commandCount {
 	return commandCount{c.sent + d.sent, c.run + d.run}
 }
 
-func parseCommandStats(info string) commandCount {
+func parseCommandStats(info string, inScripts map[string]bool) commandCount {
 	var n commandCount
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -71,7 +93,7 @@ func parseCommandStats(info string) commandCount {
 			if v, ok := strings.CutPrefix(kv, "calls="); ok {
 				calls, _ := strconv.ParseInt(v, 10, 64)
 				n.run += calls
-				if !scriptCommands[name] {
+				if !inScripts[name] {
 					n.sent += calls
 				}
 			}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dqueue/delayqueue"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// roleFlag, as the first argument, makes the binary a child process of a
+// layout scenario (see protocol.go). It is left out of the command's own
+// flags, so -h does not show it.
+const roleFlag = "-role"
+
+// layoutTopic is the one topic of the layout scenarios.
+const layoutTopic = "bench"
+
+// dueKind says how a layout job is made due.
+type dueKind string
+
+const (
+	dueAt   dueKind = "at"   // at a time given by the parent, spread at random (RunAt)
+	dueNow  dueKind = "now"  // at once
+	dueHour dueKind = "hour" // in an hour (Delay)
+)
+
+// design is one of the two designs under test as one process runs it: the
+// queue (dq) or the minimal baseline (min).
+type design interface {
+	// push stores one job with body, due at due (Unix ms), made due as how
+	// says.
+	push(ctx context.Context, body []byte, due int64, how dueKind) error
+	// consume takes jobs with 16 workers until ctx ends or an error,
+	// calling got for each with the server's time it was reserved (zero
+	// when the design does not say).
+	consume(ctx context.Context, got func(body []byte, reserved time.Time)) error
+	close(ctx context.Context) error
+}
+
+// childConfig is a child's command line.
+type childConfig struct {
+	role    string // producer, consumer or single
+	impl    string // dq or min
+	method  string // pop or consume (dq consumers)
+	addrs   []string
+	cluster bool
+	queue   string
+	jobs    int
+	due     dueKind
+	spread  time.Duration
+	start   bool // dq: call Start; min: run the mover
+	timeout time.Duration
+}
+
+func parseChildFlags(args []string) (*childConfig, error) {
+	c := &childConfig{}
+	fs := flag.NewFlagSet("dqbench "+roleFlag, flag.ContinueOnError)
+	fs.StringVar(&c.role, "role", "", "producer, consumer or single")
+	fs.StringVar(&c.impl, "impl", "dq", "dq or min")
+	fs.StringVar(&c.method, "method", "pop", "pop or consume")
+	addrs := fs.String("addrs", "", "comma-separated Redis addresses")
+	fs.BoolVar(&c.cluster, "cluster", false, "addrs are Redis Cluster masters")
+	fs.StringVar(&c.queue, "queue", "", "queue name")
+	fs.IntVar(&c.jobs, "jobs", 0, "jobs to push")
+	due := fs.String("due", string(dueNow), "how jobs are due: at, now or hour")
+	fs.DurationVar(&c.spread, "spread", 0, "with -due at: jobs are due at random over this long from the base time")
+	fs.BoolVar(&c.start, "start", false, "dq: call Start; min: run the mover")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "stop after this long in any case")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	c.addrs = strings.Split(*addrs, ",")
+	c.due = dueKind(*due)
+	switch {
+	case c.role != "producer" && c.role != "consumer" && c.role != "single":
+		return nil, fmt.Errorf("unknown role %q", c.role)
+	case c.impl != "dq" && c.impl != "min":
+		return nil, fmt.Errorf("unknown implementation %q", c.impl)
+	case c.method != "pop" && c.method != "consume":
+		return nil, fmt.Errorf("unknown consumer method %q", c.method)
+	case c.due != dueAt && c.due != dueNow && c.due != dueHour:
+		return nil, fmt.Errorf("unknown due kind %q", c.due)
+	case *addrs == "" || c.queue == "":
+		return nil, errors.New("-addrs and -queue are required")
+	}
+	return c, nil
+}
+
+// runChild is main for a child process. Its one result line on stdout
+// carries any error of the run; the error it returns is for those that
+// leave no result to write.
+func runChild(args []string) error {
+	c, err := parseChildFlags(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	// The parent ends stdin to stop the child, and so does its death.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	base := make(chan int64, 1)
+	go readControl(os.Stdin, base, stop)
+
+	out := newReporter(os.Stdout)
+	res := c.run(ctx, base, out)
+	return out.finish(res)
+}
+
+// readControl reads the parent's lines: it passes on the base time of "go"
+// and calls stop at the end of input.
+func readControl(r io.Reader, base chan<- int64, stop func()) {
+	defer stop()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), goPrefix); ok {
+			ms, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return // a parent that says what it cannot mean is gone
+			}
+			select {
+			case base <- ms:
+			default:
+			}
+		}
+	}
+}
+
+func (c *childConfig) client() redis.UniversalClient {
+	if c.cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs, PoolSize: 64})
+	}
+	return redis.NewClient(&redis.Options{Addr: c.addrs[0], PoolSize: 64})
+}
+
+func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (design, error) {
+	if c.impl == "min" {
+		return openMinimal(client, c.queue, c.start), nil
+	}
+	q, err := delayqueue.New(client, delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	if c.start {
+		if err := q.Start(ctx); err != nil {
+			_ = q.Close(ctx)
+			return nil, err
+		}
+	}
+	return &queue{q: q, method: c.method}, nil
+}
+
+// run plays the child's role until it is done or stopped.
+func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter) (res childResult) {
+	client := c.client()
+	defer client.Close()
+	d, err := c.open(ctx, client)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		if err := d.close(closeCtx); err != nil && res.Error == "" {
+			res.Error = err.Error()
+		}
+	}()
+
+	g, gctx := errgroup.WithContext(ctx)
+	if c.role != "producer" {
+		g.Go(func() error { return d.consume(gctx, out.record) })
+	}
+	if c.role != "consumer" {
+		g.Go(func() error {
+			select {
+			case <-gctx.Done():
+				return errors.New("stopped before the parent said go")
+			case b := <-base:
+				var err error
+				res.Pushed, res.PushStart, res.PushEnd, err = c.pushAll(gctx, d, b)
+				return err
+			}
+		})
+	}
+	out.line(readyLine)
+	if err := g.Wait(); err != nil {
+		res.Error = err.Error()
+	}
+	res.Received = out.received()
+	return res
+}
+
+// pushAll pushes c.jobs jobs with 16 goroutines; base is the first due
+// time (Unix ms) of jobs due at a given time. It returns how many it
+// pushed, and when it began and ended in Unix µs.
+func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int, start, end int64, err error) {
+	var next, pushed atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	began := time.Now()
+	for range producers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= c.jobs {
+					return nil
+				}
+				var due int64
+				switch c.due {
+				case dueAt:
+					due = base
+					if c.spread > 0 {
+						due += rand.Int64N(c.spread.Milliseconds())
+					}
+				case dueNow:
+					due = time.Now().UnixMilli()
+				case dueHour:
+					due = time.Now().Add(time.Hour).UnixMilli()
+				}
+				if err := d.push(ctx, jobBody(i, due), due, c.due); err != nil {
+					return err
+				}
+				pushed.Add(1)
+			}
+		})
+	}
+	err = g.Wait()
+	return int(pushed.Load()), began.UnixMicro(), time.Now().UnixMicro(), err
+}
+
+// queue is a child's handle on the queue under test.
+type queue struct {
+	q      *delayqueue.DelayQueue
+	method string
+}
+
+func (d *queue) push(ctx context.Context, body []byte, due int64, how dueKind) error {
+	job := &delayqueue.Job{Topic: layoutTopic, Body: body}
+	switch how {
+	case dueAt:
+		job.RunAt = time.UnixMilli(due)
+	case dueHour:
+		job.Delay = time.Hour
+	}
+	_, err := d.q.Push(ctx, job)
+	return err
+}
+
+// consume runs 16 goroutines calling Pop and Finish, or Consume with 16
+// handlers, until ctx ends.
+func (d *queue) consume(ctx context.Context, got func(body []byte, reserved time.Time)) error {
+	if d.method == "consume" {
+		err := d.q.Consume(ctx, layoutTopic, func(_ context.Context, job *delayqueue.Job) error {
+			got(job.Body, job.ReservedUntil.Add(-job.TTR))
+			return nil
+		}, delayqueue.ConsumeOptions{Concurrency: workers})
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for range workers {
+		g.Go(func() error {
+			for ctx.Err() == nil {
+				job, err := d.q.Pop(ctx, layoutTopic, time.Second)
+				switch {
+				case err == nil:
+					// The reservation began on the server's clock at
+					// ReservedUntil-TTR.
+					got(job.Body, job.ReservedUntil.Add(-job.TTR))
+					if err := d.q.Finish(ctx, job.ID); err != nil && ctx.Err() == nil {
+						return err
+					}
+				case errors.Is(err, delayqueue.ErrNoJob):
+				case ctx.Err() != nil:
+					return nil
+				default:
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func (d *queue) close(ctx context.Context) error { return d.q.Close(ctx) }
+
+// reporter writes a child's lines to stdout. Receipts are buffered and
+// flushed every 10 ms, so that writing them costs the consumers little and
+// the parent still sees them as they come.
+type reporter struct {
+	mu   sync.Mutex
+	w    *bufio.Writer
+	buf  []byte
+	n    int
+	err  error // the first body that could not be read
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newReporter(w io.Writer) *reporter {
+	r := &reporter{w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.flushLoop()
+	return r
+}
+
+func (r *reporter) flushLoop() {
+	defer close(r.done)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+			r.mu.Lock()
+			_ = r.w.Flush()
+			r.mu.Unlock()
+		}
+	}
+}
+
+// record reports one delivery; reserved is the server's time the job was
+// reserved, zero when unknown.
+func (r *reporter) record(body []byte, reserved time.Time) {
+	at := time.Now()
+	job, due, err := parseBody(body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if r.err == nil {
+			r.err = err
+		}
+		return
+	}
+	dueAt := time.UnixMilli(due)
+	r.buf = appendReceipt(r.buf[:0], receipt{job: job, at: at, due: dueAt, early: !reserved.IsZero() && reserved.Before(dueAt)})
+	_, _ = r.w.Write(r.buf)
+	r.n++
+}
+
+func (r *reporter) received() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// line writes a line at once.
+func (r *reporter) line(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.w.WriteString(s + "\n")
+	_ = r.w.Flush()
+}
+
+// finish writes the result as the last line.
+func (r *reporter) finish(res childResult) error {
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	if r.err != nil && res.Error == "" {
+		res.Error = r.err.Error()
+	}
+	r.mu.Unlock()
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	r.line(string(b))
+	return nil
+}

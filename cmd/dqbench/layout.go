@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The layout scenarios measure the queue as users run it, in processes of
+// their own (see protocol.go), against the minimal design (minimal.go) in
+// the same layout: each run measures both, back to back, the first of the
+// two alternating from run to run.
+
+// layoutScenario is one such measurement.
+type layoutScenario struct {
+	id, title string
+	figs      []figureDef
+	// consumers is false for a producer process alone: no topology and no
+	// consumer method.
+	consumers bool
+	params    func(b *bench) layoutParams
+	figures   func(o *outcome) ([]float64, error)
+}
+
+// figureDef describes one figure of a layout scenario.
+type figureDef struct {
+	name, unit   string
+	higherBetter bool // throughput: the worst run is the lowest
+	dqOnly       bool // the baseline has no such figure
+}
+
+// layoutParams are a scenario's jobs and how long a run may take.
+type layoutParams struct {
+	jobs   int
+	due    dueKind
+	margin time.Duration // from "go" to the first due time
+	spread time.Duration // jobs are due at random over this long
+	wait   time.Duration // for the last job, from the last due time
+}
+
+// outcome is what one run of a layout saw.
+type outcome struct {
+	impl  string
+	jobs  int
+	base  time.Time   // the first due time
+	push  childResult // the pushing process's result
+	got   *receipts
+	calls commandCount // from "go" to the last delivery, or the end of pushing
+}
+
+// designs are the two designs measured, in table order.
+var designs = []string{"dq", "min"}
+
+var layoutScenarios = []*layoutScenario{
+	{
+		id: "l", title: "lateness", consumers: true,
+		figs: []figureDef{
+			{name: "lateness p50", unit: "ms"},
+			{name: "lateness p99", unit: "ms"},
+			{name: "lateness max", unit: "ms"},
+			{name: "early, server clock", unit: "jobs", dqOnly: true},
+			{name: "missing", unit: "jobs"},
+			{name: "duplicated", unit: "jobs"},
+			{name: "pushing done before first due", unit: "ms", higherBetter: true},
+		},
+		params: func(b *bench) layoutParams {
+			return layoutParams{jobs: b.lJobs, due: dueAt, margin: 3 * time.Second, spread: b.lSpread, wait: 10 * time.Second}
+		},
+		figures: latenessFigures,
+	},
+	{
+		id: "e", title: "end to end, due now", consumers: true,
+		figs:   throughputFigs,
+		params: func(*bench) layoutParams { return layoutParams{jobs: 50_000, due: dueNow, wait: 2 * time.Minute} },
+		figures: func(o *outcome) ([]float64, error) {
+			if o.got.distinct < o.jobs {
+				return nil, fmt.Errorf("delivered %d of %d jobs", o.got.distinct, o.jobs)
+			}
+			return o.throughput(o.got.last), nil
+		},
+	},
+	{
+		id: "p", title: "push, producer process",
+		figs:   throughputFigs,
+		params: func(*bench) layoutParams { return layoutParams{jobs: 100_000, due: dueHour, wait: 2 * time.Minute} },
+		figures: func(o *outcome) ([]float64, error) {
+			if o.push.Pushed < o.jobs {
+				return nil, fmt.Errorf("pushed %d of %d jobs", o.push.Pushed, o.jobs)
+			}
+			return o.throughput(time.UnixMicro(o.push.PushEnd)), nil
+		},
+	},
+}
+
+var throughputFigs = []figureDef{
+	{name: "throughput", unit: "jobs/s", higherBetter: true},
+	{name: "commands sent per job"},
+	{name: "commands run per job, incl. inside scripts"},
+}
+
+// throughput is the jobs per second from the start of pushing to end, and
+// the commands per job.
+func (o *outcome) throughput(end time.Time) []float64 {
+	took := end.Sub(time.UnixMicro(o.push.PushStart))
+	n := float64(o.jobs)
+	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n}
+}
+
+func latenessFigures(o *outcome) ([]float64, error) {
+	g := o.got
+	slices.Sort(g.lates)
+	early := math.NaN()
+	if o.impl == "dq" {
+		early = float64(g.early)
+	}
+	margin := o.base.Sub(time.UnixMicro(o.push.PushEnd))
+	if margin <= 0 {
+		fmt.Fprintf(os.Stderr, "dqbench: l, %s: pushing ended %v after the first due time\n", o.impl, -margin)
+	}
+	return []float64{
+		percentile(g.lates, 50), percentile(g.lates, 99), percentile(g.lates, 100),
+		early,
+		float64(o.jobs - g.distinct),
+		float64(g.total - g.distinct),
+		float64(margin.Microseconds()) / 1000,
+	}, nil
+}
+
+// runLayout runs scenario s once for one design (impl) in a topology: its
+// processes, started afresh on an empty Redis.
+func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, method, impl string) ([]float64, error) {
+	if err := b.reset(ctx); err != nil {
+		return nil, err
+	}
+	prm := s.params(b)
+	got := newReceipts(prm.jobs)
+	f := newFleet(got)
+	defer f.kill()
+	args := []string{
+		"-addrs", strings.Join(b.addrs, ","), "-queue", b.queueName(s.id),
+		"-impl", impl, "-jobs", strconv.Itoa(prm.jobs),
+		"-due", string(prm.due), "-spread", prm.spread.String(),
+		"-timeout", (prm.margin + prm.spread + prm.wait + time.Minute).String(),
+		"-cluster=" + strconv.FormatBool(b.cluster),
+	}
+	if method != "" {
+		args = append(args, "-method", method)
+	}
+	var pusher *proc
+	var err error
+	switch {
+	case !s.consumers:
+		pusher, err = f.start("producer", "producer", args...)
+	case topology == "single":
+		pusher, err = f.start("single process", "single", append(args, "-start")...)
+	default:
+		consumers := 1
+		if topology == "multi" {
+			consumers = 3
+		}
+		for i := range consumers {
+			// Every process of the queue starts; one moves the baseline's jobs.
+			start := impl == "dq" || i == 0
+			if _, err = f.start(fmt.Sprintf("consumer %d", i+1), "consumer", append(args, "-start="+strconv.FormatBool(start))...); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			pusher, err = f.start("producer", "producer", args...)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := f.waitReady(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	before, err := b.commandCallsOf(ctx, impl)
+	if err != nil {
+		return nil, err
+	}
+	goAt := time.Now()
+	base := goAt.Add(prm.margin)
+	if _, err := fmt.Fprintf(pusher.stdin, "%s%d\n", goPrefix, base.UnixMilli()); err != nil {
+		return nil, fmt.Errorf("%s: %w", pusher.name, err)
+	}
+	deadline := time.NewTimer(time.Until(base.Add(prm.spread + prm.wait)))
+	defer deadline.Stop()
+	var all <-chan struct{}
+	if s.consumers {
+		all = got.all
+	}
+wait:
+	for {
+		select {
+		case <-all:
+			break wait
+		case p := <-f.exited:
+			switch {
+			case p.err != nil:
+				return nil, p.err
+			case p != pusher:
+				return nil, fmt.Errorf("%s exited before it was stopped", p.name)
+			case !s.consumers:
+				break wait
+			}
+		case <-deadline.C:
+			break wait // the jobs not delivered by now are missing
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	after, err := b.commandCallsOf(ctx, impl)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.stop(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, got: got, calls: after.sub(before)})
+}
+
+// layoutRuns is every run of one scenario in one topology with one
+// consumer method.
+type layoutRuns struct {
+	s                *layoutScenario
+	topology, method string
+	runs             []pairRun
+}
+
+// name names run i for messages.
+func (lr *layoutRuns) name(i int) string {
+	return fmt.Sprintf("%s %s %s run %d", lr.s.id, lr.topology, dash(lr.method), i+1)
+}
+
+// dash is s, or a dash for none.
+func dash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+// pairRun is one run of both designs.
+type pairRun struct {
+	dqFirst bool
+	figs    [2][]float64 // by design, as in designs
+	steal   [2]float64   // % of CPU time stolen during each
+}
+
+// runLayouts runs the chosen layout scenarios, runs times each, in every
+// topology and consumer method, and prints their tables.
+func (b *bench) runLayouts(ctx context.Context, chosen []*layoutScenario, runs int, topologies, methods []string) error {
+	var all []*layoutRuns
+	for _, s := range chosen {
+		type combo struct{ topology, method string }
+		combos := []combo{{"producer only", ""}}
+		if s.consumers {
+			combos = nil
+			for _, t := range topologies {
+				for _, m := range methods {
+					combos = append(combos, combo{t, m})
+				}
+			}
+		}
+		for _, c := range combos {
+			lr := &layoutRuns{s: s, topology: c.topology, method: c.method}
+			for i := range runs {
+				pr := pairRun{dqFirst: i%2 == 0}
+				order := []int{0, 1}
+				if !pr.dqFirst {
+					order = []int{1, 0}
+				}
+				for _, k := range order {
+					before := readCPU()
+					figs, err := b.runLayout(ctx, s, c.topology, c.method, designs[k])
+					if err != nil {
+						return fmt.Errorf("%s, %s: %w", lr.name(i), designs[k], err)
+					}
+					pr.figs[k], pr.steal[k] = figs, stealPercent(before, readCPU())
+				}
+				lr.runs = append(lr.runs, pr)
+				fmt.Fprintf(os.Stderr, "dqbench: %s of %d (dq / min): %s\n", lr.name(i), runs, pr.summary(s))
+			}
+			all = append(all, lr)
+		}
+	}
+	printLayoutSummary(all)
+	printLayoutRuns(all)
+	return nil
+}
+
+// summary is a run's figures for both designs, for progress lines.
+func (pr pairRun) summary(s *layoutScenario) string {
+	var parts []string
+	for i, fd := range s.figs {
+		parts = append(parts, fmt.Sprintf("%s %s / %s", fd.name, cell(pr.figs[0][i]), cell(pr.figs[1][i])))
+	}
+	parts = append(parts, fmt.Sprintf("CPU steal %s / %s %%", cell(pr.steal[0]), cell(pr.steal[1])))
+	return strings.Join(parts, "; ")
+}
+
+// printLayoutSummary prints, per figure, each design's median and worst run
+// and their ratios.
+func printLayoutSummary(all []*layoutRuns) {
+	fmt.Println("Layouts: dq is the queue, min the minimal design (a ZADD per push, one mover script call per 100 due")
+	fmt.Println("jobs, BLPOP without acknowledgement), measured back to back in each run. A design's worst run is its")
+	fmt.Println("highest (its lowest for throughput and for the time pushing ended before the first due time).")
+	fmt.Println()
+	fmt.Println("| scenario | topology | method | figure | dq median | dq worst | min median | min worst | dq/min, medians | dq/min, median of runs |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	for _, lr := range all {
+		for i, fd := range lr.s.figs {
+			var vals [2][]float64
+			var ratios []float64
+			for _, r := range lr.runs {
+				for k := range designs {
+					vals[k] = append(vals[k], r.figs[k][i])
+				}
+				if q := r.figs[0][i] / r.figs[1][i]; !math.IsNaN(q) && !math.IsInf(q, 0) {
+					ratios = append(ratios, q)
+				}
+			}
+			var med, worst [2]float64
+			for k := range designs {
+				slices.Sort(vals[k])
+				med[k] = median(vals[k])
+				worst[k] = vals[k][len(vals[k])-1]
+				if fd.higherBetter {
+					worst[k] = vals[k][0]
+				}
+			}
+			ratio, runRatio := "–", "–"
+			if q := med[0] / med[1]; !math.IsNaN(q) && !math.IsInf(q, 0) {
+				ratio = fmt.Sprintf("%.2f", q)
+			}
+			if len(ratios) > 0 {
+				slices.Sort(ratios)
+				runRatio = fmt.Sprintf("%.2f", median(ratios))
+			}
+			unit := ""
+			if fd.unit != "" {
+				unit = " " + fd.unit
+			}
+			fmt.Printf("| %s %s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s |\n",
+				strings.ToUpper(lr.s.id), lr.s.title, lr.topology, dash(lr.method), fd.name,
+				cell(med[0]), unit, cell(worst[0]), cell(med[1]), cell(worst[1]), ratio, runRatio)
+		}
+	}
+}
+
+// printLayoutRuns prints every run's figures, one table per scenario, with
+// the CPU steal during each design's half.
+func printLayoutRuns(all []*layoutRuns) {
+	var last *layoutScenario
+	for _, lr := range all {
+		if lr.s != last {
+			last = lr.s
+			fmt.Printf("\nRuns of %s %s (dq / min; \"first\" ran first):\n\n", strings.ToUpper(lr.s.id), lr.s.title)
+			head := "| topology | method | run | first |"
+			rule := "|---|---|---|---|"
+			for _, fd := range lr.s.figs {
+				head += " " + fd.name
+				if fd.unit != "" {
+					head += ", " + fd.unit
+				}
+				head += " |"
+				rule += "---|"
+			}
+			fmt.Println(head + " CPU steal, % |")
+			fmt.Println(rule + "---|")
+		}
+		for i, r := range lr.runs {
+			first := designs[1]
+			if r.dqFirst {
+				first = designs[0]
+			}
+			row := fmt.Sprintf("| %s | %s | %d | %s |", lr.topology, dash(lr.method), i+1, first)
+			for k := range lr.s.figs {
+				row += fmt.Sprintf(" %s / %s |", cell(r.figs[0][k]), cell(r.figs[1][k]))
+			}
+			fmt.Println(row + fmt.Sprintf(" %s / %s |", cell(r.steal[0]), cell(r.steal[1])))
+		}
+	}
+}
+
+// cell formats a figure, or a dash for one that does not apply.
+func cell(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case v < 0:
+		return "-" + num(-v)
+	case v == math.Trunc(v) && v < 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return num(v)
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJobBody(t *testing.T) {
+	b := jobBody(19_999, 1_700_000_000_123)
+	assert.Len(t, b, bodySize)
+	job, due, err := parseBody(b)
+	require.NoError(t, err)
+	assert.Equal(t, 19_999, job)
+	assert.Equal(t, int64(1_700_000_000_123), due)
+
+	_, _, err = parseBody([]byte("no due time"))
+	assert.Error(t, err)
+}
+
+func TestReceiptLine(t *testing.T) {
+	want := receipt{job: 42, at: time.UnixMicro(1_700_000_000_123_456), due: time.UnixMilli(1_700_000_000_120), early: true}
+	line := appendReceipt(nil, want)
+	require.Equal(t, byte('\n'), line[len(line)-1])
+	got, err := parseReceipt(line[:len(line)-1])
+	require.NoError(t, err)
+	assert.Equal(t, want.job, got.job)
+	assert.True(t, want.at.Equal(got.at))
+	assert.True(t, want.due.Equal(got.due))
+	assert.True(t, got.early)
+
+	_, err = parseReceipt([]byte("r 1 2"))
+	assert.Error(t, err)
+}
+
+func TestReceiptsCountFirstDeliveriesAndDuplicates(t *testing.T) {
+	r := newReceipts(2)
+	due := time.UnixMilli(1_000)
+	add := func(job int, late time.Duration) {
+		t.Helper()
+		require.NoError(t, r.add(bytes.TrimSuffix(appendReceipt(nil, receipt{job: job, at: due.Add(late), due: due}), []byte("\n"))))
+	}
+	add(0, 2*time.Millisecond)
+	add(0, time.Minute) // a duplicate: not a lateness sample
+	select {
+	case <-r.all:
+		t.Fatal("all arrived with one job missing")
+	default:
+	}
+	add(1, 3*time.Millisecond)
+	<-r.all
+	assert.Equal(t, 2, r.distinct)
+	assert.Equal(t, 3, r.total)
+	assert.Equal(t, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond}, r.lates)
+	assert.True(t, r.last.Equal(due.Add(3*time.Millisecond)))
+	assert.Error(t, r.add([]byte("r 2 0 0 0")), "job number out of range")
+}
+
+func TestParseCPULine(t *testing.T) {
+	a := parseCPULine("cpu  100 0 50 800 10 0 5 35 7 0")
+	b := parseCPULine("cpu  200 0 100 1600 20 0 10 70 14 0")
+	require.True(t, a.ok)
+	assert.Equal(t, uint64(1000), a.total)
+	assert.Equal(t, uint64(35), a.steal)
+	assert.InDelta(t, 3.5, stealPercent(a, b), 1e-9)
+	assert.True(t, math.IsNaN(stealPercent(a, parseCPULine("intr 1 2"))))
+}
+
+func TestCommandCountsOfTheBaseline(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_zadd:calls=10,usec=1\r\ncmdstat_evalsha:calls=1,usec=1\r\n" +
+		"cmdstat_rpush:calls=1,usec=1\r\ncmdstat_zrangebyscore:calls=1,usec=1\r\ncmdstat_info:calls=3,usec=1\r\n"
+	assert.Equal(t, commandCount{sent: 11, run: 13}, parseCommandStats(info, minScriptCommands))
+	assert.Equal(t, commandCount{sent: 1, run: 13}, parseCommandStats(info, scriptCommands))
+}
+
+func TestChooseScenarios(t *testing.T) {
+	in, layouts, err := chooseScenarios("")
+	require.NoError(t, err)
+	assert.Len(t, in, len(scenarios))
+	assert.Empty(t, layouts)
+
+	in, layouts, err = chooseScenarios("L, s2,p")
+	require.NoError(t, err)
+	require.Len(t, in, 1)
+	assert.Equal(t, "s2", in[0].id)
+	require.Len(t, layouts, 2)
+	assert.Equal(t, "l", layouts[0].id)
+	assert.Equal(t, "p", layouts[1].id)
+
+	_, _, err = chooseScenarios("l,x")
+	assert.ErrorContains(t, err, `"x"`)
+	_, err = listFlag("topology", "single,ring", "single", "split", "multi")
+	assert.Error(t, err)
+}
+
+// TestSingleProcessDeliversEveryJob runs a single-process child of each
+// design in this process: it pushes jobs due at once and at a spread of
+// due times, and every one arrives once, none early.
+func TestSingleProcessDeliversEveryJob(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, impl := range designs {
+		for _, method := range []string{"pop", "consume"} {
+			if impl == "min" && method == "consume" {
+				continue // the baseline has one way to consume
+			}
+			t.Run(impl+"-"+method, func(t *testing.T) {
+				const n = 500
+				c := &childConfig{role: "single", impl: impl, method: method, addrs: []string{srv.Addr},
+					queue: "t-" + impl + "-" + method, jobs: n, due: dueAt, spread: 300 * time.Millisecond, start: true}
+				ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+				defer stop()
+				var buf lockedBuffer
+				out := newReporter(&buf)
+				base := make(chan int64, 1)
+				first := time.Now().Add(100 * time.Millisecond)
+				base <- first.UnixMilli()
+				done := make(chan childResult, 1)
+				go func() { done <- c.run(ctx, base, out) }()
+				require.Eventually(t, func() bool { return out.received() >= n }, 20*time.Second, 5*time.Millisecond)
+				stop()
+				res := <-done
+				require.NoError(t, out.finish(res))
+
+				got := newReceipts(n)
+				var last childResult
+				sc := bufio.NewScanner(bytes.NewReader(buf.bytes()))
+				require.True(t, sc.Scan())
+				assert.Equal(t, readyLine, sc.Text())
+				for sc.Scan() {
+					if line := sc.Bytes(); bytes.HasPrefix(line, []byte(receiptMark)) {
+						require.NoError(t, got.add(line))
+					} else {
+						require.NoError(t, json.Unmarshal(line, &last))
+					}
+				}
+				assert.Empty(t, last.Error)
+				assert.Equal(t, n, last.Pushed)
+				assert.Equal(t, n, last.Received)
+				assert.Equal(t, n, got.distinct)
+				assert.Equal(t, n, got.total)
+				assert.Zero(t, got.early)
+				for _, late := range got.lates {
+					// Redis and the test share the machine's clock.
+					assert.GreaterOrEqual(t, late, time.Duration(0))
+				}
+			})
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a reporter's flushing goroutine
+// and a test reading it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}

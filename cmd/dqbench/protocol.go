@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The layout scenarios (l, e, p) run the queue in processes of their own:
+// the parent starts its own binary again as
+//
+//	dqbench -role producer|consumer|single -impl dq|min -queue q ...
+//
+// and talks to each such child over its standard streams. A child writes
+// lines to stdout:
+//
+//	ready                            set up: consuming, or waiting for "go"
+//	r <job> <received µs> <due ms> <early>
+//	                                 one delivery: the job's number, the Unix
+//	                                 time it arrived, its due time, and 1 when
+//	                                 the queue reserved it before its due time
+//	                                 on the server's clock (dq only)
+//	{...}                            its childResult, the last line it writes
+//
+// and reads lines from stdin:
+//
+//	go <base ms>                     start pushing; base is the first due time
+//	end of input                     stop: a consumer stops taking jobs,
+//	                                 reports what it took and exits
+//
+// A consumer reports every delivery, also those after the parent stopped
+// waiting, so nothing it received goes uncounted. A child that loses its
+// parent sees its stdin end and stops; one that outlives -timeout stops too.
+const (
+	readyLine   = "ready"
+	goPrefix    = "go "
+	receiptMark = "r "
+)
+
+// childResult is what a child reports when it is done.
+type childResult struct {
+	Pushed    int    `json:"pushed,omitempty"`
+	PushStart int64  `json:"push_start_us,omitempty"` // Unix µs, before the first push
+	PushEnd   int64  `json:"push_end_us,omitempty"`   // Unix µs, after the last
+	Received  int    `json:"received,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// receipt is one delivery a consumer reported.
+type receipt struct {
+	job   int
+	at    time.Time
+	due   time.Time
+	early bool
+}
+
+// appendReceipt formats r as a receipt line, newline included.
+func appendReceipt(b []byte, r receipt) []byte {
+	b = append(b, receiptMark...)
+	b = strconv.AppendInt(b, int64(r.job), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.at.UnixMicro(), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.due.UnixMilli(), 10)
+	if r.early {
+		b = append(b, " 1\n"...)
+	} else {
+		b = append(b, " 0\n"...)
+	}
+	return b
+}
+
+// parseReceipt reads a receipt line, without its newline.
+func parseReceipt(line []byte) (receipt, error) {
+	rest, ok := bytes.CutPrefix(line, []byte(receiptMark))
+	f := bytes.Fields(rest)
+	if !ok || len(f) != 4 {
+		return receipt{}, fmt.Errorf("bad receipt %q", line)
+	}
+	var n [4]int64
+	for i := range n {
+		v, err := strconv.ParseInt(string(f[i]), 10, 64)
+		if err != nil {
+			return receipt{}, fmt.Errorf("bad receipt %q: %w", line, err)
+		}
+		n[i] = v
+	}
+	return receipt{job: int(n[0]), at: time.UnixMicro(n[1]), due: time.UnixMilli(n[2]), early: n[3] == 1}, nil
+}
+
+// jobBody is the 128-byte body of a layout job, the same for both designs:
+// its due time in Unix milliseconds and its number, in decimal, then
+// padding. The number lets the parent tell a duplicate from another job
+// across consumer processes.
+func jobBody(job int, due int64) []byte {
+	b := make([]byte, 0, bodySize)
+	b = strconv.AppendInt(b, due, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(job), 10)
+	b = append(b, ' ')
+	for len(b) < bodySize {
+		b = append(b, 'x')
+	}
+	return b
+}
+
+// parseBody reads the job number and due time (Unix ms) from a jobBody.
+func parseBody(b []byte) (job int, due int64, err error) {
+	dueText, rest, ok1 := bytes.Cut(b, []byte{' '})
+	jobText, _, ok2 := bytes.Cut(rest, []byte{' '})
+	if !ok1 || !ok2 {
+		return 0, 0, errors.New("body without due time and job number")
+	}
+	if due, err = strconv.ParseInt(string(dueText), 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("body: %w", err)
+	}
+	if job, err = strconv.Atoi(string(jobText)); err != nil {
+		return 0, 0, fmt.Errorf("body: %w", err)
+	}
+	return job, due, nil
+}
