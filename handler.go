@@ -32,7 +32,7 @@ type handler struct {
 	// came first; the other is skipped. At most maxWoke, the oldest
 	// forgotten first (order is a ring over them).
 	woke  map[wakeKey]struct{}
-	order [maxWoke]wakeKey
+	order []wakeKey // maxWoke long, made on first use
 	next  int
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
@@ -59,7 +59,7 @@ func (h *handler) claimWake(mark, topic string) bool {
 		return false
 	}
 	if h.woke == nil {
-		h.woke = make(map[wakeKey]struct{}, maxWoke)
+		h.woke, h.order = make(map[wakeKey]struct{}, maxWoke), make([]wakeKey, maxWoke)
 	}
 	delete(h.woke, h.order[h.next]) // the oldest, or the zero key
 	h.order[h.next] = k

@@ -228,9 +228,10 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			return nil, ErrClosed
 		case <-wt.wake:
 		case <-timer.C:
-			if wait < remaining {
-				w.recheckAll() // safety poll
-			}
+			// The safety poll: once per poll of the topic in this
+			// process, whoever's timer fires (Consume's and short Pops'
+			// timers never outlast a poll).
+			w.pollDue(q.opts.poll)
 		}
 	}
 }
@@ -246,10 +247,11 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 // the pub/sub connection was re-established: notifications may have been
 // lost.
 type topicWatch struct {
-	mu      sync.Mutex
-	ready   []int    // per bucket: jobs ready and not taken by a look; unknown for "look"
-	version []uint64 // bumped on every notification of the bucket
-	waiters []*waiter
+	mu        sync.Mutex
+	ready     []int    // per bucket: jobs ready and not taken by a look; unknown for "look"
+	version   []uint64 // bumped on every notification of the bucket
+	waiters   []*waiter
+	rechecked time.Time // the last safety poll (or the watch's start)
 }
 
 // unknown is a bucket's ready count when a look must find it out.
@@ -269,7 +271,7 @@ type waiter struct {
 func newWaiter() *waiter { return &waiter{wake: make(chan struct{}, 1), hint: -1} }
 
 func newTopicWatch(buckets int) *topicWatch {
-	w := &topicWatch{ready: make([]int, buckets), version: make([]uint64, buckets)}
+	w := &topicWatch{ready: make([]int, buckets), version: make([]uint64, buckets), rechecked: time.Now()}
 	for b := range w.ready {
 		w.ready[b] = unknown
 	}
@@ -294,10 +296,20 @@ func (w *topicWatch) notify(b, n int) {
 	w.wakeLocked(n, b)
 }
 
-// recheckAll makes every bucket's count unknown and wakes every waiter.
-func (w *topicWatch) recheckAll() {
+// pollDue rechecks every bucket when the last recheck was poll ago or
+// more: a job whose notification was lost (a full client buffer, a script
+// cut short) is found then, at the latest.
+func (w *topicWatch) pollDue(poll time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if time.Since(w.rechecked) >= poll {
+		w.recheckLocked()
+	}
+}
+
+// recheckLocked makes every bucket's count unknown and wakes every waiter.
+func (w *topicWatch) recheckLocked() {
+	w.rechecked = time.Now()
 	for b := range w.version {
 		w.version[b]++
 		w.ready[b] = unknown

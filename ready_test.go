@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,7 @@ func TestTopicWatch(t *testing.T) {
 	w.settle(l, 1, onlyStale, nil)
 	assert.Equal(t, 3, w.take(0, 5, false).n, "so does a look that met only stale IDs, for what it did not get")
 
-	w.recheckAll()
+	w.pollDue(0)
 	w.candidates(0, false, pop)
 	w.notify(3, 1)
 	assert.Equal(t, []int{3, 0, 1, 2}, w.candidates(0, false, pop), "the bucket a waiter was woken for comes first")
@@ -175,7 +176,7 @@ func TestTopicWatchWakesOneWaiterPerJob(t *testing.T) {
 	assert.Equal(t, 2, woken())
 	assert.Len(t, pops[2].wake, 1)
 
-	w.recheckAll()
+	w.pollDue(0)
 	assert.Equal(t, 4, woken(), "a recheck wakes every waiter")
 	assert.Empty(t, w.waiters)
 }
@@ -465,4 +466,51 @@ func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
 		assert.LessOrEqual(t, reserves.n.Load(), int64(jobs+2*consumers*buckets),
 			"reserve calls for %d jobs", jobs)
 	})
+}
+
+// A job whose notification was lost is found by the safety poll, also by a
+// process that only runs Consume (whose Pops never outlast a poll) and
+// whose counts said the bucket was empty.
+func TestConsumeFindsAJobWhoseNotificationWasLost(t *testing.T) {
+	c := miniredisClient(t)
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name), WithSafetyPoll(100*time.Millisecond))
+	producer := newQueue(t, c, WithName(name))
+	ctx, cancel := context.WithCancel(context.Background())
+	n, err := q.notifier(ctx)
+	require.NoError(t, err)
+	_, err = n.watch("t")
+	require.NoError(t, err)
+	subscribed(t, q, "t")
+	got := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, "t", func(_ context.Context, job *Job) error {
+			got <- job.ID
+			return nil
+		}, ConsumeOptions{})
+	}()
+	defer func() {
+		cancel()
+		assert.NoError(t, <-done)
+	}()
+	w := n.topicWatch("t")
+	require.Eventually(t, func() bool { // Consume looked, found nothing, and waits
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.waiters) == 1 && !slices.ContainsFunc(w.ready, func(n int) bool { return n != 0 })
+	}, 30*time.Second, time.Millisecond)
+
+	// The job's message never reaches this process's consumers.
+	n.mu.Lock()
+	delete(n.routes, q.keys.bucket(0).readyChannel("t"))
+	n.mu.Unlock()
+	id := pushed(t, producer, &Job{Topic: "t"})
+
+	select {
+	case got := <-got:
+		assert.Equal(t, id, got)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job was not found by the safety poll")
+	}
 }
