@@ -96,7 +96,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{newKeyspace(o.name, 0).meta()}, buckets, jobFormatVersion, asStored).Int64Slice()
+	res, err := scriptInit.Run(ctx, client, []string{metaKey(o.name)}, buckets, jobFormatVersion, asStored).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}

@@ -97,7 +97,10 @@ func (bk bucketKeys) record(call string) string { return bk.records + call }
 // dead is the dead-letter set of topic in this bucket.
 func (bk bucketKeys) dead(topic string) string { return bk.deadPrefix + topic }
 
-func (ks keyspace) meta() string { return "dq:{" + ks.name + "}:meta" }
+func (ks keyspace) meta() string { return metaKey(ks.name) }
+
+// metaKey is the meta hash of the queue named name.
+func metaKey(name string) string { return "dq:{" + name + "}:meta" }
 
 // readyChannel is the channel that announces ready jobs of topic in this bucket.
 func (bk bucketKeys) readyChannel(topic string) string { return bk.readyChannels + topic }

@@ -288,7 +288,7 @@ func (w *topicWatch) notify(b, n int) {
 	w.version[b]++
 	n = max(n, 1)
 	switch {
-	case n >= maxCount || w.ready[b] == unknown || w.ready[b]+n >= maxCount:
+	case w.ready[b] == unknown || w.ready[b]+n >= maxCount:
 		w.ready[b] = unknown
 	default:
 		w.ready[b] += n

@@ -213,36 +213,27 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 // time (Unix ms) of jobs due at a given time. It returns how many it
 // pushed, and when it began and ended in Unix µs.
 func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int, start, end int64, err error) {
-	var next, pushed atomic.Int64
-	g, ctx := errgroup.WithContext(ctx)
+	var pushed atomic.Int64
 	began := time.Now()
-	for range producers {
-		g.Go(func() error {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= c.jobs {
-					return nil
-				}
-				var due int64
-				switch c.due {
-				case dueAt:
-					due = base
-					if c.spread > 0 {
-						due += rand.Int64N(c.spread.Milliseconds())
-					}
-				case dueNow:
-					due = time.Now().UnixMilli()
-				case dueHour:
-					due = time.Now().Add(time.Hour).UnixMilli()
-				}
-				if err := d.push(ctx, jobBody(i, due), due, c.due); err != nil {
-					return err
-				}
-				pushed.Add(1)
+	err = eachByProducers(ctx, c.jobs, func(ctx context.Context, i int) error {
+		var due int64
+		switch c.due {
+		case dueAt:
+			due = base
+			if c.spread > 0 {
+				due += rand.Int64N(c.spread.Milliseconds())
 			}
-		})
-	}
-	err = g.Wait()
+		case dueNow:
+			due = time.Now().UnixMilli()
+		case dueHour:
+			due = time.Now().Add(time.Hour).UnixMilli()
+		}
+		if err := d.push(ctx, jobBody(i, due), due, c.due); err != nil {
+			return err
+		}
+		pushed.Add(1)
+		return nil
+	})
 	return int(pushed.Load()), began.UnixMicro(), time.Now().UnixMicro(), err
 }
 

@@ -46,12 +46,11 @@ func (b *bench) open(name string, opts ...delayqueue.Option) (*delayqueue.DelayQ
 	return delayqueue.New(b.client, append([]delayqueue.Option{delayqueue.WithName(b.queueName(name))}, opts...)...)
 }
 
-// pushAll pushes n jobs made by mk with 16 producers and returns the time it
-// took.
-func pushAll(ctx context.Context, q *delayqueue.DelayQueue, n int, mk func(i int) *delayqueue.Job) (time.Duration, error) {
+// eachByProducers calls f for 0 to n-1 from 16 producer goroutines, each
+// taking the next number, until all are done or one fails.
+func eachByProducers(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
 	var next atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
-	start := time.Now()
 	for range producers {
 		g.Go(func() error {
 			for {
@@ -59,13 +58,23 @@ func pushAll(ctx context.Context, q *delayqueue.DelayQueue, n int, mk func(i int
 				if i >= n {
 					return nil
 				}
-				if _, err := q.Push(ctx, mk(i)); err != nil {
+				if err := f(ctx, i); err != nil {
 					return err
 				}
 			}
 		})
 	}
-	err := g.Wait()
+	return g.Wait()
+}
+
+// pushAll pushes n jobs made by mk with 16 producers and returns the time it
+// took.
+func pushAll(ctx context.Context, q *delayqueue.DelayQueue, n int, mk func(i int) *delayqueue.Job) (time.Duration, error) {
+	start := time.Now()
+	err := eachByProducers(ctx, n, func(ctx context.Context, i int) error {
+		_, err := q.Push(ctx, mk(i))
+		return err
+	})
 	return time.Since(start), err
 }
 
