@@ -88,6 +88,32 @@ func TestCallerIDMakesPushIdempotent(t *testing.T) {
 	})
 }
 
+func TestACallerIDTwiceInOnePushMakesOneJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		ids, err := q.PushMany(ctx, []*Job{
+			{ID: "a", Topic: "t", Body: []byte("first")},
+			{ID: "a", Topic: "t", Body: []byte("second")},
+			{ID: "b", Topic: "t", Body: []byte("first"), Delay: time.Hour},
+			{ID: "b", Topic: "t", Body: []byte("second")},
+			{ID: "c", Topic: "t", Body: []byte("first")},
+			{ID: "c", Topic: "t", Body: []byte("second"), Delay: time.Hour},
+		})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a", "a", "b", "b", "c", "c"}, ids)
+		for id, state := range map[string]State{"a": StateReady, "b": StateDelayed, "c": StateReady} {
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, []byte("first"), job.Body, id)
+			assert.Equal(t, state, job.State, id)
+		}
+		n, err := be.client.LLen(ctx, q.keys.bucket(0).ready("t")).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), n, "one ready-list entry per job")
+	})
+}
+
 func TestFinish(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()

@@ -93,6 +93,39 @@ local function optional(v)
   return e, w, n, pos
 end
 
+-- topic_of reads an encoded job's topic.
+local function topic_of(v)
+  local _, _, _, from = optional(v)
+  return sub(v, from, from + byte(v, HEADER) - 1)
+end
+
+-- restate returns an encoded job in a new state since at_ms, the rest of
+-- it as it was: a copy of the job, not a decode and encode of its fields.
+local function restate(v, state, at_ms)
+  local flags = byte(v, 1)
+  return char(flags - flags % 8 + state) .. sub(v, 2, 9) .. u48(at_ms) .. sub(v, 16)
+end
+
+-- in_chunks runs a variadic command over values, a slice at a time: Lua
+-- unpacks at most 8,000 values.
+local function in_chunks(cmd, key, values)
+  for from = 1, #values, 4000 do
+    redis.call(cmd, key, unpack(values, from, math.min(from + 3999, #values)))
+  end
+end
+
+-- group adds id to the list of topic in lists, and topic to topics (in
+-- order of first appearance) when it is new.
+local function group(lists, topics, topic, id)
+  local list = lists[topic]
+  if not list then
+    list = {}
+    lists[topic] = list
+    topics[#topics + 1] = topic
+  end
+  list[#list + 1] = id
+end
+
 local function u32at(v, pos)
   local a, b, c, d = byte(v, pos, pos + 3)
   return ((a * 256 + b) * 256 + c) * 256 + d

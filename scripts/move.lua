@@ -42,31 +42,42 @@ if trim == '1' then
   trim_buried(KEYS[7], now_ms)
 end
 local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
-local ready_count, topics = {}, {}
+local lists, topics, fields = {}, {}, {}
 
-for _, id in ipairs(ids) do
-  local v = redis.call('HGET', pool, id)
-  if v then
-    local job = decode(v)
-    if job.state == RESERVED and job.attempts >= job.max then
-      job.err = 'reservation ran out (TTR ' .. string.format('%d', job.ttr) .. ' ms)'
-      kill(pool, dead_prefix, dead_topics, id, job, now)
-    elseif job.state == DELAYED or job.state == RESERVED then
-      if job.state == RESERVED then
+if #ids > 0 then
+  local vs = redis.call('HMGET', pool, unpack(ids))
+  for k, id in ipairs(ids) do
+    local v = vs[k]
+    local state = v and byte(v, 1) % 8
+    if state == RESERVED or state == DELAYED then
+      local job
+      if state == RESERVED then
+        job = decode(v)
         job.err = 'reservation ran out (TTR ' .. string.format('%d', job.ttr) .. ' ms)'
       end
-      redis.call('RPUSH', ready_prefix .. job.topic, id) -- first: see job.lua
-      job.state, job.at = READY, now_ms
-      redis.call('HSET', pool, id, encode(job))
-      if not ready_count[job.topic] then
-        ready_count[job.topic] = 0
-        topics[#topics + 1] = job.topic
+      if job and job.attempts >= job.max then
+        kill(pool, dead_prefix, dead_topics, id, job, now)
+      else
+        local topic
+        if job then
+          job.state, job.at = READY, now_ms
+          topic, v = job.topic, encode(job)
+        else
+          topic, v = topic_of(v), restate(v, READY, now_ms)
+        end
+        group(lists, topics, topic, id)
+        fields[#fields + 1] = id
+        fields[#fields + 1] = v
       end
-      ready_count[job.topic] = ready_count[job.topic] + 1
     end
   end
-end
-if #ids > 0 then
+  -- The ready lists first: see job.lua.
+  for _, topic in ipairs(topics) do
+    in_chunks('RPUSH', ready_prefix .. topic, lists[topic])
+  end
+  if #fields > 0 then
+    in_chunks('HSET', pool, fields)
+  end
   -- The IDs are the bucket's lowest: removing them by rank costs one walk
   -- of the skiplist, not one per ID (ZREM), whatever the bucket holds.
   redis.call('ZREMRANGEBYRANK', bucket, 0, #ids - 1)
@@ -74,9 +85,9 @@ end
 -- Wake as many consumers of each topic as jobs became ready.
 local out = {#ids, -1, mark}
 for _, topic in ipairs(topics) do
-  redis.call(pub, ready_channel .. topic, ready_count[topic] .. ':' .. mark)
+  redis.call(pub, ready_channel .. topic, #lists[topic] .. ':' .. mark)
   out[#out + 1] = topic
-  out[#out + 1] = ready_count[topic]
+  out[#out + 1] = #lists[topic]
 end
 
 local next_due = earliest(bucket)

@@ -20,8 +20,7 @@ local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
 
 local now = now_us()
 local now_ms = floor(now / 1000)
-local created, dues = {}, {}
-local ready_count, topics = {}, {}
+local created, topics = {}, {}
 
 -- taken reports whether a tombstone holds id. A generated id can have
 -- one only when its job had a window of its own (the queue's default is
@@ -30,73 +29,73 @@ local function taken(id, v, gen)
   return (gen ~= '1' or has(v, HAS_WINDOW)) and buried(dedup, id, now_ms)
 end
 
--- existing answers for a job whose id is taken: a caller's id dedupes; a
--- generated one is this job pushed before, or another job's.
-local function existing(id, v, gen)
+-- existing answers for a job whose id is held by the job held (encoded):
+-- a caller's id dedupes; a generated one is this job pushed before, or
+-- another job's.
+local function existing(held, v, gen)
   if gen ~= '1' then
     return 0
   end
-  local held = nonce_of(redis.call('HGET', pool, id))
-  if held ~= '' and held == nonce_of(v) then
+  local nonce = nonce_of(held)
+  if nonce ~= '' and nonce == nonce_of(v) then
     return 1
   end
   return -1
 end
 
--- Jobs due already go to their topic's ready list first: the list may be a
--- key this script was not given, whose write can fail (see job.lua); the
--- jobs for later touch only the script's own keys afterwards, with one ZADD.
-for i = 4, #ARGV, 4 do
-  local n = (i - 4) / 4 + 1
-  local id, delay, v, gen = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+-- One HMGET finds the ids taken already, and a few variadic writes store
+-- the new jobs, whatever their number. Jobs due already go to their
+-- topic's ready list first: the list may be a key this script was not
+-- given, whose write can fail (see job.lua); the jobs themselves are
+-- written afterwards, to the script's own keys.
+local count = (#ARGV - 3) / 4
+if count == 0 then
+  return created
+end
+local ids = {}
+for n = 1, count do
+  ids[n] = ARGV[4 * n]
+end
+local held = redis.call('HMGET', pool, unpack(ids))
+local stored = {} -- id -> the job this call stored under it
+local fields, scores, lists, first_due = {}, {}, {}, nil
+for n = 1, count do
+  local id, delay, v, gen = ARGV[4 * n], ARGV[4 * n + 1], ARGV[4 * n + 2], ARGV[4 * n + 3]
   local due
   if delay == '' then
     due = read48(v, AT)
   else
     due = due_ms(now, tonumber(delay))
   end
-  dues[n] = due
-  if due > now_ms then
-    -- for later, below
-  elseif redis.call('HEXISTS', pool, id) == 1 then
-    created[n] = existing(id, v, gen)
+  local cur = stored[id] or held[n]
+  if cur then
+    created[n] = existing(cur, v, gen)
   elseif taken(id, v, gen) then
     created[n] = 0
   else
-    local _, _, _, from = optional(v)
-    local topic = sub(v, from, from + byte(v, HEADER) - 1)
-    redis.call('RPUSH', ready_prefix .. topic, id)
-    redis.call('HSET', pool, id, char(byte(v, 1) - DELAYED + READY) .. sub(v, 2, 9) .. u48(now_ms) .. sub(v, 16))
-    if not ready_count[topic] then
-      ready_count[topic] = 0
-      topics[#topics + 1] = topic
-    end
-    ready_count[topic] = ready_count[topic] + 1
     created[n] = 1
-  end
-end
-
-local scores, first_due = {}, nil
-for i = 4, #ARGV, 4 do
-  local n = (i - 4) / 4 + 1
-  local due = dues[n]
-  if due > now_ms then
-    -- Stored as the client encoded it: a delayed job's due time is its
-    -- score, and its at_ms is not read (see job.lua).
-    local id, v = ARGV[i], ARGV[i + 2]
-    if taken(id, v, ARGV[i + 3]) then
-      created[n] = 0
-    elseif redis.call('HSETNX', pool, id, v) == 1 then
-      created[n] = 1
+    if due <= now_ms then
+      group(lists, topics, topic_of(v), id)
+      v = restate(v, READY, now_ms)
+    else
+      -- Stored as the client encoded it: a delayed job's due time is its
+      -- score, and its at_ms is not read (see job.lua).
       scores[#scores + 1] = due
       scores[#scores + 1] = id
       if first_due == nil or due < first_due then
         first_due = due
       end
-    else
-      created[n] = existing(id, v, ARGV[i + 3])
     end
+    stored[id] = v
+    fields[#fields + 1] = id
+    fields[#fields + 1] = v
   end
+end
+for _, topic in ipairs(topics) do
+  redis.call('RPUSH', ready_prefix .. topic, unpack(lists[topic]))
+end
+if #fields > 0 then
+  in_chunks('HSET', pool, fields)
 end
 if #scores > 0 then
   -- At most 2,000 values (maxPushChunk jobs): within what Lua unpacks.
@@ -105,7 +104,7 @@ end
 
 -- Wake as many consumers of each topic as jobs became ready.
 for _, topic in ipairs(topics) do
-  redis.call(pub, ready_channel .. topic, ready_count[topic])
+  redis.call(pub, ready_channel .. topic, #lists[topic])
 end
 -- Wake the bucket's handler when a new job became the earliest of the bucket.
 if first_due ~= nil then

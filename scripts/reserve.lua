@@ -47,12 +47,9 @@ local function replay(rec)
   for i = 3, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
-    if v then
-      local job = decode(v)
-      if job.state == RESERVED and job.lease == base + i - 2 then
-        out[#out + 1] = id
-        out[#out + 1] = v
-      end
+    if v and byte(v, 1) % 8 == RESERVED and read48(v, LEASE) == base + i - 2 then
+      out[#out + 1] = id
+      out[#out + 1] = v
     end
   end
   return out
@@ -60,7 +57,7 @@ end
 
 -- The IDs are read first and trimmed off the list last, after the jobs are
 -- written: a script that fails half-way leaves the list as it was.
-local found, jobs, seen = {}, {}, {}
+local found, jobs, seen = {}, {}, {} -- jobs: encoded
 local status, stale, taken = 1, 0, 0
 while #found < want do
   local asked = want - #found
@@ -69,10 +66,10 @@ while #found < want do
   if #ids > 0 then
     local vs = redis.call('HMGET', pool, unpack(ids))
     for i, id in ipairs(ids) do
-      local job = vs[i] and decode(vs[i])
-      if job and job.state == READY and job.topic == topic and not seen[id] then
+      local v = vs[i]
+      if v and byte(v, 1) % 8 == READY and not seen[id] and topic_of(v) == topic then
         seen[id] = true
-        found[#found + 1], jobs[#jobs + 1] = id, job
+        found[#found + 1], jobs[#jobs + 1] = id, v
       else
         stale = stale + 1
       end
@@ -109,14 +106,18 @@ local now = now_us()
 local now_ms = floor(now / 1000)
 local out, fields, scores, first = {status}, {}, {}, nil
 for i, id in ipairs(found) do
-  local job = jobs[i]
-  job.state, job.attempts, job.lease, job.at = RESERVED, job.attempts + 1, lease + i, now_ms + job.ttr
-  local enc = encode(job)
+  -- A copy of the job with a new header: reserved, one more attempt, a
+  -- lease of its own, until its TTR from now.
+  local v = jobs[i]
+  local flags, t1, t2 = byte(v, 1, 3)
+  local at = now_ms + u32at(v, 6)
+  local enc = char(flags - flags % 8 + RESERVED) .. u16(math.min(t1 * 256 + t2 + 1, 65535)) ..
+    sub(v, 4, 9) .. u48(at) .. u48(lease + i) .. sub(v, 22)
   fields[2 * i - 1], fields[2 * i] = id, enc
-  scores[2 * i - 1], scores[2 * i] = job.at, id
+  scores[2 * i - 1], scores[2 * i] = at, id
   out[2 * i], out[2 * i + 1] = id, enc
-  if first == nil or job.at < first then
-    first = job.at
+  if first == nil or at < first then
+    first = at
   end
 end
 redis.call('HSET', pool, unpack(fields))
