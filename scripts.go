@@ -4,7 +4,9 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,7 +43,71 @@ func loadScript(name string) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(string(prelude) + "\n" + string(src))
+	return redis.NewScript(preludeFor(string(prelude), string(src)) + "\n" + string(src))
+}
+
+// preludeFor returns the part of job.lua that src needs: its constants, and
+// the functions src calls, directly or through each other. A script runs
+// its prelude on every call, and each function it defines costs a closure
+// and its garbage, so a script carries only the helpers it uses.
+func preludeFor(prelude, src string) string {
+	type block struct {
+		name string // the function's name; "" for a block every script keeps
+		text string
+	}
+	var blocks []block
+	var pending []string // comments and blank lines, before what they describe
+	lines := strings.Split(prelude, "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		name, isFunc := strings.CutPrefix(line, "local function ")
+		if !isFunc {
+			if strings.HasPrefix(line, "local ") {
+				blocks = append(blocks, block{text: strings.Join(append(pending, line), "\n")})
+				pending = nil
+			} else {
+				pending = append(pending, line)
+			}
+			continue
+		}
+		name, _, _ = strings.Cut(name, "(")
+		body := append(pending, line)
+		pending = nil
+		for i++; i < len(lines); i++ {
+			body = append(body, lines[i])
+			if lines[i] == "end" { // a top-level function ends at column 0
+				break
+			}
+		}
+		blocks = append(blocks, block{name: name, text: strings.Join(body, "\n")})
+	}
+	// Keep what src names, then what the kept functions name, until
+	// nothing more is needed; definitions keep their order in job.lua.
+	keep := map[string]bool{}
+	comment := regexp.MustCompile(`--.*`)
+	uses := func(text, name string) bool {
+		return regexp.MustCompile(`\b` + name + `\b`).MatchString(comment.ReplaceAllString(text, ""))
+	}
+	for grown := true; grown; {
+		grown = false
+		for _, b := range blocks {
+			if b.name == "" || keep[b.name] {
+				continue
+			}
+			if uses(src, b.name) || slices.ContainsFunc(blocks, func(o block) bool {
+				return o.name != "" && keep[o.name] && uses(o.text, b.name)
+			}) {
+				keep[b.name], grown = true, true
+			}
+		}
+	}
+	var out []string
+	for _, b := range blocks {
+		if b.name == "" || keep[b.name] {
+			out = append(out, b.text)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // scriptCall is one script call over the keys of one bucket.
