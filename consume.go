@@ -147,6 +147,9 @@ type running struct {
 // bucket, so that a busy consumer does not pay a round trip per job.
 func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) error {
 	slots := make(chan struct{}, concurrency)
+	work := make(chan func())
+	defer close(work) // the idle workers end
+	workers := 0
 	failures := 0
 	var wait *time.Timer
 	for {
@@ -197,13 +200,33 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		failures = 0
 		for _, job := range jobs {
 			hctx := c.start(job, sent, time.Now())
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
+			task := func() {
 				defer func() { <-slots }()
 				c.run(hctx, job)
-			}()
+			}
+			if workers < concurrency {
+				select {
+				case work <- task:
+					continue
+				default: // every worker is busy: one more
+				}
+				workers++
+				c.wg.Add(1)
+				go c.work(task, work)
+				continue
+			}
+			work <- task // a worker has freed its slot and comes for it
 		}
+	}
+}
+
+// work runs task, then the tasks handed to it, until work is closed. The
+// workers live as long as fetch: a goroutine per job would grow its stack
+// anew for every job.
+func (c *consumer) work(task func(), work <-chan func()) {
+	defer c.wg.Done()
+	for ok := true; ok; task, ok = <-work {
+		task()
 	}
 }
 
