@@ -23,7 +23,10 @@ type Middleware func(next Handler) Handler
 
 // ConsumeOptions shapes Consume. The zero value is usable.
 type ConsumeOptions struct {
-	// Concurrency is how many handlers run at once. Default: 1.
+	// Concurrency is how many handlers run at once. Default: 1. A job
+	// whose handler returned is settled (finished, retried) while the next
+	// job's handler already runs, so one Consume holds up to twice this
+	// many jobs reserved at a time.
 	Concurrency int
 	// Grace is how long running handlers may go on after ctx ends, before
 	// their contexts are cancelled and their jobs released. Default: 10s.
@@ -201,10 +204,9 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		for _, job := range jobs {
 			hctx := c.start(job, sent, time.Now())
 			task := func() {
-				defer func() { <-slots }()
-				c.run(hctx, job)
+				c.run(hctx, job, func() { <-slots })
 			}
-			if workers < concurrency {
+			if workers < 2*concurrency {
 				select {
 				case work <- task:
 					continue
@@ -222,7 +224,9 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 
 // work runs task, then the tasks handed to it, until work is closed. The
 // workers live as long as fetch: a goroutine per job would grow its stack
-// anew for every job.
+// anew for every job. There are up to twice as many as handler slots: a
+// worker frees its slot when the handler returns, and settles the job
+// while another worker runs the next one.
 func (c *consumer) work(task func(), work <-chan func()) {
 	defer c.wg.Done()
 	for ok := true; ok; task, ok = <-work {
@@ -256,9 +260,12 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 	return ctx
 }
 
-// run calls the handler on one job and settles the job by its outcome.
-func (c *consumer) run(ctx context.Context, job *Job) {
+// run calls the handler on one job, calls returned, and settles the job by
+// the handler's outcome: the round trip that settles it does not hold up
+// the next job.
+func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	err := c.call(ctx, job)
+	returned()
 	r, ours := c.finished(job)
 	if r != nil {
 		defer r.cancel(context.Canceled)
