@@ -101,14 +101,15 @@ var throughputFigs = []figureDef{
 	{name: "throughput", unit: "jobs/s", higherBetter: true},
 	{name: "commands sent per job"},
 	{name: "commands run per job, incl. inside scripts"},
+	{name: "Redis CPU per job", unit: "µs"},
 }
 
 // throughput is the jobs per second from the start of pushing to end, and
-// the commands per job.
+// the commands and the Redis CPU time per job.
 func (o *outcome) throughput(end time.Time) []float64 {
 	took := end.Sub(time.UnixMicro(o.push.PushStart))
 	n := float64(o.jobs)
-	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n}
+	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6}
 }
 
 func latenessFigures(o *outcome) ([]float64, error) {

@@ -34,11 +34,15 @@ var minScriptCommands = map[string]bool{
 }
 
 // commandCount splits INFO commandstats into the commands clients sent and
-// all commands run, those inside scripts included.
-type commandCount struct{ sent, run int64 }
+// all commands run, those inside scripts included; cpu is the CPU time
+// Redis used (INFO cpu, user and system), in seconds.
+type commandCount struct {
+	sent, run int64
+	cpu       float64
+}
 
 func (c commandCount) sub(d commandCount) commandCount {
-	return commandCount{c.sent - d.sent, c.run - d.run}
+	return commandCount{c.sent - d.sent, c.run - d.run, c.cpu - d.cpu}
 }
 
 func (c commandCount) perJob(n int) figures {
@@ -68,17 +72,22 @@ func (b *bench) commandCallsOf(ctx context.Context, impl string) (commandCount, 
 func (b *bench) countCommands(ctx context.Context, inScripts map[string]bool) (commandCount, error) {
 	var n commandCount
 	for _, node := range b.nodes {
-		info, err := node.Info(ctx, "commandstats").Result()
+		info, err := node.Info(ctx, "commandstats", "cpu").Result()
 		if err != nil {
 			return commandCount{}, fmt.Errorf("info commandstats: %w", err)
 		}
 		n = n.add(parseCommandStats(info, inScripts))
+		for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
+			v, _ := infoField(info, field)
+			secs, _ := strconv.ParseFloat(v, 64)
+			n.cpu += secs
+		}
 	}
 	return n, nil
 }
 
 func (c commandCount) add(d commandCount) commandCount {
-	return commandCount{c.sent + d.sent, c.run + d.run}
+	return commandCount{c.sent + d.sent, c.run + d.run, c.cpu + d.cpu}
 }
 
 func parseCommandStats(info string, inScripts map[string]bool) commandCount {
