@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -174,4 +175,13 @@ func (b *lockedBuffer) bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf.Bytes())
+}
+
+func TestHogRefusesASharePastTheMachine(t *testing.T) {
+	for _, share := range []float64{-0.1, 0, 1, 1.5} {
+		_, err := startHog(share)
+		assert.Error(t, err, "share %v", share)
+		assert.Error(t, runHog([]string{strconv.FormatFloat(share, 'f', -1, 64)}), "share %v", share)
+	}
+	assert.Error(t, runHog(nil), "no share")
 }

@@ -12,6 +12,7 @@
 // beside it run by run (see layout.go):
 //
 //	go run ./cmd/dqbench -only l,e,p -runs 10 -topology single,split,multi -method pop,consume
+//	go run ./cmd/dqbench -only l -hog 0.175   # beside a process keeping 17.5 % of the CPU busy
 package main
 
 import (
@@ -29,6 +30,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == roleFlag && os.Args[2] == hogRole {
+		if err := runHog(os.Args[3:]); err != nil {
+			fmt.Fprintln(os.Stderr, "dqbench hog:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == roleFlag {
 		if err := runChild(os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "dqbench child:", err)
@@ -109,7 +117,15 @@ func run(ctx context.Context) error {
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
+	hog := flag.Float64("hog", 0, "share of the machine's CPU that a competing process keeps busy while the scenarios run, in bursts on every core (0: none)")
 	flag.Parse()
+	if *hog != 0 {
+		stopHog, err := startHog(*hog)
+		if err != nil {
+			return err
+		}
+		defer stopHog()
+	}
 
 	stealStart := readCPU()
 	inProcess, layouts, err := chooseScenarios(*only)
@@ -168,8 +184,12 @@ func run(ctx context.Context) error {
 		}
 	}
 
-	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s\n\n",
-		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	hogged := ""
+	if *hog != 0 {
+		hogged = fmt.Sprintf(", beside a process keeping %.1f %% of the CPU busy", *hog*100)
+	}
+	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s%s\n\n",
+		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), hogged)
 	if len(inProcess) > 0 {
 		fmt.Println("| scenario | figure | median | min – max |")
 		fmt.Println("|---|---|---|---|")
