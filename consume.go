@@ -204,7 +204,18 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		for _, job := range jobs {
 			hctx := c.start(job, sent, time.Now())
 			task := func() {
-				c.run(hctx, job, func() { <-slots })
+				// The slot is freed once, when the handler returns, or
+				// when it ends its goroutine (runtime.Goexit, as a
+				// test's t.FailNow does) and the deferred call runs.
+				freed := false
+				free := func() {
+					if !freed {
+						freed = true
+						<-slots
+					}
+				}
+				defer free()
+				c.run(hctx, job, free)
 			}
 			if workers < 2*concurrency {
 				select {
@@ -228,10 +239,22 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 // worker frees its slot when the handler returns, and settles the job
 // while another worker runs the next one.
 func (c *consumer) work(task func(), work <-chan func()) {
-	defer c.wg.Done()
+	ended := false
+	defer func() {
+		if !ended {
+			// A handler ended this goroutine (runtime.Goexit): another
+			// worker takes its place, so that fetch's count holds.
+			c.wg.Add(1)
+			go c.work(nil, work)
+		}
+		c.wg.Done()
+	}()
 	for ok := true; ok; task, ok = <-work {
-		task()
+		if task != nil {
+			task()
+		}
 	}
+	ended = true
 }
 
 // start enlists a job whose reserve call was sent at sent (its reservation

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,25 @@ func TestConsumeShutdownReleasesUnfinishedJobsAtOnce(t *testing.T) {
 		assert.Equal(t, StateReady, job.State, "an unfinished job is ready again at once, not after its hour-long TTR")
 		assert.Equal(t, 0, job.Attempts, "and the interrupted attempt does not count")
 	})
+}
+
+func TestConsumeGoesOnAfterAHandlerEndsItsGoroutine(t *testing.T) {
+	c := miniredisClient(t)
+	q := newQueue(t, c)
+	for range 5 {
+		pushed(t, q, &Job{Topic: "t"})
+	}
+	var calls, done atomic.Int64
+	h := func(ctx context.Context, job *Job) error {
+		if calls.Add(1) <= 3 {
+			runtime.Goexit() // as t.FailNow does in a test's handler
+		}
+		done.Add(1)
+		return nil
+	}
+	// Three goroutines ended with their slots held would stop a Consume
+	// of one slot and two workers for good.
+	consumeUntil(t, q, h, ConsumeOptions{Concurrency: 1}, func() bool { return done.Load() == 2 })
 }
 
 func TestConsumeRunsMiddlewareOutermostFirst(t *testing.T) {
