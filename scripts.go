@@ -49,7 +49,11 @@ func loadScript(name string) *redis.Script {
 // preludeFor returns the part of job.lua that src needs: its constants, and
 // the functions src calls, directly or through each other. A script runs
 // its prelude on every call, and each function it defines costs a closure
-// and its garbage, so a script carries only the helpers it uses.
+// and its garbage, so a script carries only the helpers it uses. It reads
+// job.lua by lines: a top-level "local function" ends at the first line
+// that is "end", a "local" statement is one line, and "--" starts a
+// comment; TestEveryScriptDefinesEveryNameItUses catches a script left
+// without a helper it calls.
 func preludeFor(prelude, src string) string {
 	type block struct {
 		name string // the function's name; "" for a block every script keeps
@@ -71,6 +75,7 @@ func preludeFor(prelude, src string) string {
 			continue
 		}
 		name, _, _ = strings.Cut(name, "(")
+		name = strings.TrimSpace(name)
 		body := append(pending, line)
 		pending = nil
 		for i++; i < len(lines); i++ {
