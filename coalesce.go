@@ -23,12 +23,12 @@ type coalescer[T any] struct {
 	queue []*request[T]
 }
 
-// inflight is how many batches a lane keeps in flight: with two, Redis
-// works on one while the client reads the other's replies and gathers the
-// next.
-const inflight = 2
-
-func newLanes[T any](n, max int, flush func(context.Context, []*request[T])) []*coalescer[T] {
+// newLanes makes n lanes that each keep up to inflight batches in flight.
+// With two, Redis works on one while the client reads the other's replies
+// and gathers the next, which keeps a lone producer's pushes flowing; with
+// one, more callers wait behind the batch in flight and go together, so
+// a busy consumer's reserves and finishes cost Redis fewer calls.
+func newLanes[T any](n, max, inflight int, flush func(context.Context, []*request[T])) []*coalescer[T] {
 	lanes := make([]*coalescer[T], n)
 	for i := range lanes {
 		lanes[i] = &coalescer[T]{max: max, inflight: inflight, flush: flush}

@@ -116,10 +116,10 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		q.pub = "SPUBLISH"
 		lanes = o.buckets
 	}
-	q.pushes = newLanes(lanes, maxPushChunk, q.flushPushes)
-	q.calls = newLanes(lanes, maxPipelinedCalls, q.flushCalls)
-	q.reserves = newLanes(lanes, maxPipelinedCalls, q.flushReserves)
-	q.finishes = newLanes(lanes, maxPipelinedCalls, q.flushFinishes)
+	q.pushes = newLanes(lanes, maxPushChunk, 2, q.flushPushes)
+	q.calls = newLanes(lanes, maxPipelinedCalls, 2, q.flushCalls)
+	q.reserves = newLanes(lanes, maxPipelinedCalls, 1, q.flushReserves)
+	q.finishes = newLanes(lanes, maxPipelinedCalls, 1, q.flushFinishes)
 	if res[2] != jobFormatVersion {
 		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormatVersion)
 	}
