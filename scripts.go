@@ -89,20 +89,15 @@ func preludeFor(prelude, src string) string {
 	// Keep what src names, then what the kept functions name, until
 	// nothing more is needed; definitions keep their order in job.lua.
 	keep := map[string]bool{}
-	comment := regexp.MustCompile(`--.*`)
-	uses := func(text, name string) bool {
-		return regexp.MustCompile(`\b` + name + `\b`).MatchString(comment.ReplaceAllString(text, ""))
-	}
-	for grown := true; grown; {
-		grown = false
+	need := []string{src}
+	for len(need) > 0 {
+		text := need[len(need)-1]
+		need = need[:len(need)-1]
+		names := luaNames(text)
 		for _, b := range blocks {
-			if b.name == "" || keep[b.name] {
-				continue
-			}
-			if uses(src, b.name) || slices.ContainsFunc(blocks, func(o block) bool {
-				return o.name != "" && keep[o.name] && uses(o.text, b.name)
-			}) {
-				keep[b.name], grown = true, true
+			if b.name != "" && !keep[b.name] && names[b.name] {
+				keep[b.name] = true
+				need = append(need, b.text)
 			}
 		}
 	}
@@ -113,6 +108,20 @@ func preludeFor(prelude, src string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+var (
+	luaComment = regexp.MustCompile(`--.*`)
+	luaName    = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
+
+// luaNames is the set of names Lua code uses outside its comments.
+func luaNames(code string) map[string]bool {
+	names := map[string]bool{}
+	for _, n := range luaName.FindAllString(luaComment.ReplaceAllString(code, ""), -1) {
+		names[n] = true
+	}
+	return names
 }
 
 // scriptCall is one script call over the keys of one bucket.
