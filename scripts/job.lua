@@ -99,11 +99,20 @@ local function topic_of(v)
   return sub(v, from, from + byte(v, HEADER) - 1)
 end
 
--- restate returns an encoded job in a new state since at_ms, the rest of
--- it as it was: a copy of the job, not a decode and encode of its fields.
-local function restate(v, state, at_ms)
+-- restate returns an encoded job in a new state with a new at_ms and,
+-- when given, new attempts and lease, the rest of it as it was: a copy of
+-- the job with a new header, not a decode and encode of its fields. The
+-- one place besides encode that writes the header.
+local function restate(v, state, at_ms, attempts, lease)
   local flags = byte(v, 1)
-  return char(flags - flags % 8 + state) .. sub(v, 2, 9) .. u48(at_ms) .. sub(v, 16)
+  local counts, tail = sub(v, 2, 9), sub(v, 16) -- attempts, max, ttr; lease on
+  if attempts then
+    counts = u16(math.min(attempts, 65535)) .. sub(v, 4, 9)
+  end
+  if lease then
+    tail = u48(lease) .. sub(v, 22)
+  end
+  return char(flags - flags % 8 + state) .. counts .. u48(at_ms) .. tail
 end
 
 -- in_chunks runs a variadic command over values, a slice at a time: Lua

@@ -109,10 +109,9 @@ for i, id in ipairs(found) do
   -- A copy of the job with a new header: reserved, one more attempt, a
   -- lease of its own, until its TTR from now.
   local v = jobs[i]
-  local flags, t1, t2 = byte(v, 1, 3)
+  local t1, t2 = byte(v, 2, 3)
   local at = now_ms + u32at(v, 6)
-  local enc = char(flags - flags % 8 + RESERVED) .. u16(math.min(t1 * 256 + t2 + 1, 65535)) ..
-    sub(v, 4, 9) .. u48(at) .. u48(lease + i) .. sub(v, 22)
+  local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, lease + i)
   fields[2 * i - 1], fields[2 * i] = id, enc
   scores[2 * i - 1], scores[2 * i] = at, id
   out[2 * i], out[2 * i + 1] = id, enc
