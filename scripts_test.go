@@ -1,12 +1,18 @@
 package delayqueue
 
 import (
+	"context"
+	"encoding/binary"
 	"io/fs"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	lua "github.com/yuin/gopher-lua"
@@ -92,4 +98,82 @@ func globalsOf(p *lua.FunctionProto) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// TestRestateRewritesTheHeaderAndKeepsTheRest runs job.lua's restate on
+// Redis's Lua and miniredis's, and checks its output byte by byte against
+// the header's layout: the state bits, attempts (capped), at_ms and lease
+// change as asked, every other byte stays.
+func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
+	prelude, err := scriptFiles.ReadFile("scripts/job.lua")
+	require.NoError(t, err)
+	src := `return restate(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))`
+	script := redis.NewScript(preludeFor(string(prelude), src) + "\n" + src)
+
+	withError := []byte{jobFormat | byte(StateReserved) | jobHasError, 0, 2, 0, 5, 0, 0, 0x05, 0xdc}
+	withError = append(withError, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0, 0, 0, 0, 0, 4, 5, 0, 4)
+	withError = append(withError, "topicboombo\ndy"...)
+	jobs := map[string][]byte{
+		"plain":       encodeJob("t", []byte("body"), 1500, 3, 0, 0, 0),
+		"every field": encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 1<<32-1, 1<<32-1),
+		"last error":  withError,
+	}
+	type change struct {
+		state           State
+		at              int64
+		attempts, lease int64 // -1: unchanged
+	}
+	changes := []change{
+		{StateReady, 1700000000123, -1, -1},
+		{StateReserved, 1<<48 - 1, 1, 1},
+		{StateReserved, 0, 65535, 1<<48 - 1},
+		{StateReserved, 1234567890123, 70000, 987654321}, // attempts cap at 65,535
+		{StateDelayed, 42, 256, 65536},
+	}
+	want := func(v []byte, c change) []byte {
+		out := slices.Clone(v)
+		out[0] = out[0]&^7 | byte(c.state)
+		if c.attempts >= 0 {
+			binary.BigEndian.PutUint16(out[1:3], uint16(min(c.attempts, 65535)))
+		}
+		put48 := func(b []byte, n int64) {
+			var buf [8]byte
+			binary.BigEndian.PutUint64(buf[:], uint64(n))
+			copy(b, buf[2:])
+		}
+		put48(out[9:15], c.at)
+		if c.lease >= 0 {
+			put48(out[15:21], c.lease)
+		}
+		return out
+	}
+	arg := func(n int64) string {
+		if n < 0 {
+			return ""
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	for _, be := range []string{"miniredis", "redis"} {
+		t.Run(be, func(t *testing.T) {
+			var client redis.UniversalClient
+			if be == "miniredis" {
+				m := miniredis.RunT(t)
+				c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+				t.Cleanup(func() { _ = c.Close() })
+				client = c
+			} else {
+				client = redistest.Shared(t).Client(t)
+			}
+			for name, v := range jobs {
+				for _, c := range changes {
+					got, err := script.Run(context.Background(), client, nil,
+						v, int(c.state), c.at, arg(c.attempts), arg(c.lease)).Text()
+					require.NoError(t, err)
+					assert.Equal(t, want(v, c), []byte(got), "%s, %+v", name, c)
+					_, err = decodeJob("x", []byte(got))
+					assert.NoError(t, err, "%s, %+v", name, c)
+				}
+			}
+		})
+	}
 }
