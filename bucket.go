@@ -4,13 +4,16 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/batch"
 	"github.com/redis/go-redis/v9"
 )
 
 // A bucket is one shard of the queue: a pool hash, a zset of job IDs scored
-// by due time (and of reserved jobs, scored by lease deadline), and ready
+// by due time (and of reserved jobs, scored by reservation deadline), and ready
 // lists per topic, all under one hash tag. Every change to a bucket is one
 // script over its keys.
 
@@ -46,15 +49,22 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]
 	return errs
 }
 
+// pushLanes coalesce concurrent pushes, keeping two batches in flight: with
+// one, a lone producer's pushes wait for each round trip and it loses a
+// fifth of its rate.
+func (q *DelayQueue) pushLanes(n int) batch.Lanes[*pushArgs] {
+	return batch.NewLanes(n, maxPushChunk, 2, q.flushPushes)
+}
+
 // flushPushes pushes a batch of concurrent Push calls, coalesced.
-func (q *DelayQueue) flushPushes(ctx context.Context, batch []*request[*pushArgs]) {
-	jobs := make([]*pushArgs, len(batch))
-	for i, r := range batch {
-		jobs[i] = r.in
+func (q *DelayQueue) flushPushes(ctx context.Context, reqs []*batch.Request[*pushArgs]) {
+	jobs := make([]*pushArgs, len(reqs))
+	for i, r := range reqs {
+		jobs[i] = r.In
 	}
 	errs := q.pushBuckets(ctx, jobs)
-	for _, r := range batch {
-		r.err = errs[r.in.bucket]
+	for _, r := range reqs {
+		r.Err = errs[r.In.bucket]
 	}
 }
 
@@ -142,4 +152,248 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint
 		r.ready = append(r.ready, topicCount{topic, int(count)})
 	}
 	return r, nil
+}
+
+// Push adds a job and returns its ID: the job's own ID when it has one, else
+// a new one, unique among every process that ever opened the queue, which
+// Push also stores in job.ID. The job is due after job.Delay on the Redis
+// server's clock, or at job.RunAt. A job with an ID that exists already is
+// not pushed again, and Push returns its ID with no error: a retried Push
+// creates one job. Push returns nil only once the job is stored under the
+// returned ID. It returns an error matching ErrInvalidJob for a job it
+// refuses, and ErrClosed after Close. It is safe for concurrent use, and
+// concurrent calls are cheaper than lone ones: while one push is on its way
+// to Redis, the Push calls that follow wait and then go together, one
+// script call per bucket, in one round trip.
+func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
+	if q.closed.Load() {
+		return "", ErrClosed
+	}
+	a, err := q.opts.prepare(job)
+	if err != nil {
+		return "", err
+	}
+	for renewals := 0; ; renewals++ {
+		prefix := q.assignID(job, &a)
+		// Concurrent Push calls share round trips and script calls.
+		if err := q.pushes.For(a.bucket).Do(ctx, &a); err != nil {
+			return "", err
+		}
+		if a.status != pushTaken {
+			return job.ID, nil
+		}
+		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
+			return "", err
+		}
+		job.ID = "" // a new one, then
+	}
+}
+
+// maxPushChunk bounds how many jobs one push script call carries.
+const maxPushChunk = 1000
+
+// PushMany adds many jobs with one script call per bucket they fall in
+// (per 1,000 jobs), all sent in one pipeline, and returns their IDs in
+// order. It checks every job
+// first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
+// without an ID get a new one, stored in their ID field, so that calling
+// PushMany again with the same jobs after an error pushes none of them
+// twice. Jobs whose ID exists already are left alone, as in Push.
+func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
+	args := make([]pushArgs, len(jobs))
+	for i, job := range jobs {
+		a, err := q.opts.prepare(job)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		args[i] = a
+	}
+	ids := make([]string, len(jobs))
+	prefixes := make([]*string, len(jobs))
+	for i, job := range jobs {
+		prefixes[i] = q.assignID(job, &args[i])
+		ids[i] = job.ID
+	}
+	pending := make([]*pushArgs, len(args))
+	for i := range args {
+		pending[i] = &args[i]
+	}
+	for renewals := 0; ; renewals++ {
+		if errs := q.pushBuckets(ctx, pending); errs != nil {
+			for _, a := range pending {
+				if err := errs[a.bucket]; err != nil {
+					return nil, err
+				}
+			}
+		}
+		// Jobs whose generated ID was taken go again under a new one.
+		pending = pending[:0]
+		for i := range args {
+			if a := &args[i]; a.status == pushTaken {
+				if err := q.idTaken(ctx, a.id, prefixes[i], renewals); err != nil {
+					return nil, err
+				}
+				jobs[i].ID = "" // a new one, then
+				prefixes[i] = q.assignID(jobs[i], a)
+				ids[i] = jobs[i].ID
+				pending = append(pending, a)
+			}
+		}
+		if len(pending) == 0 {
+			return ids, nil
+		}
+	}
+}
+
+// assignID gives a job without an ID a new one, and files it in its
+// bucket. It returns the prefix of the new ID (nil when it had one).
+func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
+	var prefix *string
+	if job.ID == "" {
+		job.ID, prefix = q.ids.next()
+	}
+	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
+	return prefix
+}
+
+// idTaken handles a generated ID that push.lua found taken by another job:
+// the queue takes a new instance number, unless it has done so too often.
+func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
+	if renewals >= maxIDRenewals {
+		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
+	}
+	return q.renewIDs(ctx, prefix)
+}
+
+// Reschedule moves a delayed or ready job to a new due time: after delay
+// from now on the server's clock, or at runAt when it is not zero. It
+// returns ErrNotPending for a reserved or dead job, ErrNotFound when no
+// such job exists, and ErrInvalidJob for a negative delay or a runAt past
+// August 10889.
+func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
+	b, err := q.openBucketOfID(id)
+	if err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
+	}
+	delayMs, dueMs := ceilMs(delay), int64(0)
+	if !runAt.IsZero() {
+		if dueMs, err = runAtMs(runAt); err != nil {
+			return err
+		}
+		delayMs = -1
+	}
+	bk := q.keys.bucket(b)
+	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
+		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
+	}
+	switch res[0] {
+	case 0:
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case -1:
+		return fmt.Errorf("%w: %q", ErrNotPending, id)
+	}
+	return nil
+}
+
+// pushArgs are the validated values of one job for push.lua, and its
+// outcome.
+type pushArgs struct {
+	id     string
+	bucket int
+	// delayMs is the delay on the server's clock, or "" when the encoded
+	// job's at_ms holds an absolute due time.
+	delayMs string
+	// job is the job encoded as delayed (see encodeJob).
+	job []byte
+	// generated is set when the queue made the ID: it must not exist
+	// already, unless as this very job (a push re-sent by go-redis).
+	generated bool
+	// status is push.lua's answer for the job.
+	status int64
+}
+
+// push.lua's answer for a job.
+const (
+	pushCreated = 1  // stored under its ID
+	pushExisted = 0  // a caller's ID that exists already: nothing changed
+	pushTaken   = -1 // a generated ID held by another job: nothing changed
+)
+
+// prepare checks a job against the queue's limits and fills in defaults. It
+// returns errors matching ErrInvalidJob.
+func (o *options) prepare(job *Job) (pushArgs, error) {
+	if job == nil {
+		return pushArgs{}, fmt.Errorf("%w: nil", ErrInvalidJob)
+	}
+	if err := validateTopic(job.Topic); err != nil {
+		return pushArgs{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if job.ID != "" {
+		if err := validateID(job.ID); err != nil {
+			return pushArgs{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
+		if generated(job.ID) && job.nonce == 0 {
+			return pushArgs{}, fmt.Errorf("%w: %w: %q: IDs that begin with %q are the queue's own; push the Job that Push gave it, or use an ID of your own",
+				ErrInvalidJob, ErrInvalidID, job.ID, generatedMark)
+		}
+	}
+	var a pushArgs
+	switch {
+	case len(job.Body) > o.maxBody:
+		return a, fmt.Errorf("%w: %w: %d bytes, limit %d", ErrInvalidJob, ErrBodyTooLarge, len(job.Body), o.maxBody)
+	case job.Delay < 0:
+		return a, fmt.Errorf("%w: negative delay %v", ErrInvalidJob, job.Delay)
+	case job.Delay > 0 && !job.RunAt.IsZero():
+		return a, fmt.Errorf("%w: both Delay and RunAt set", ErrInvalidJob)
+	case job.TTR < 0:
+		return a, fmt.Errorf("%w: negative TTR %v", ErrInvalidJob, job.TTR)
+	case job.TTR > 0 && job.TTR < time.Millisecond:
+		return a, fmt.Errorf("%w: TTR %v under 1ms", ErrInvalidJob, job.TTR)
+	case job.TTR > maxTTR:
+		return a, fmt.Errorf("%w: TTR %v over %v", ErrInvalidJob, job.TTR, maxTTR)
+	case job.MaxAttempts < 0 || job.MaxAttempts > maxMaxAttempts:
+		return a, fmt.Errorf("%w: MaxAttempts %d: want 0 to %d", ErrInvalidJob, job.MaxAttempts, maxMaxAttempts)
+	case job.DedupWindow < 0 || job.DedupWindow > maxDedupWindow:
+		return a, fmt.Errorf("%w: DedupWindow %v: want 0 to %v", ErrInvalidJob, job.DedupWindow, maxDedupWindow)
+	}
+	var atMs int64
+	if job.RunAt.IsZero() {
+		a.delayMs = strconv.FormatInt(ceilMs(job.Delay), 10)
+	} else {
+		var err error
+		if atMs, err = runAtMs(job.RunAt); err != nil {
+			return a, err
+		}
+	}
+	ttr := job.TTR
+	if ttr == 0 {
+		ttr = o.ttr
+	}
+	maxAttempts := job.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = o.maxAttempts
+	}
+	a.generated = job.ID == "" || generated(job.ID)
+	window := job.DedupWindow
+	if window == 0 && !a.generated {
+		window = o.dedup // a generated ID is never pushed again by a producer
+	}
+	if a.generated && job.nonce == 0 {
+		job.nonce = rand.Uint32() | 1
+	}
+	var nonce uint32
+	if a.generated {
+		nonce = job.nonce
+	}
+	a.id = job.ID
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce)
+	return a, nil
 }

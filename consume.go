@@ -14,7 +14,7 @@ import (
 // letters when its attempts ran out. While it runs, Consume extends the
 // job's reservation in the background, so that no other consumer receives
 // it. ctx ends at the consumer's MaxRunTime, when the job's reservation is
-// lost (context.Cause matches ErrLeaseLost) or the job removed
+// lost (context.Cause matches ErrReservationLost) or the job removed
 // (ErrNotFound), and when the grace period after shutdown runs out.
 type Handler func(ctx context.Context, job *Job) error
 
@@ -138,7 +138,7 @@ type consumer struct {
 
 // running is a job whose handler runs.
 type running struct {
-	ref     *Job              // what the keeper passes to extend: ID, TTR, lease
+	ref     *Job              // what the keeper passes to extend: ID, TTR, reservation
 	cancel  func(cause error) // ends the handler's ctx
 	renewed time.Time         // the reservation lasts at least TTR from this
 	stop    time.Time         // extensions end here: the handler's ctx has ended
@@ -271,7 +271,7 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 		cancelCause(cause)
 		cancelDeadline()
 	}
-	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, lease: job.lease},
+	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, reservation: job.reservation},
 		cancel: cancel, renewed: sent, stop: now.Add(maxRun)}
 	c.mu.Lock()
 	c.running[job] = r
@@ -302,13 +302,13 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	log := c.q.opts.logger
 	switch {
 	case err == nil:
-		err = c.q.finish(sctx, job.ID, job.lease)
+		err = c.q.finish(sctx, job.ID, job.reservation)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed
 	default:
 		err = c.q.retry(sctx, job, err)
 	}
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrReservationLost) || errors.Is(err, ErrNotFound) {
 		log.Debug("delayqueue: job was no longer held when its handler returned", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
 	} else if err != nil {
 		log.Warn("delayqueue: cannot settle job; it comes back after its TTR", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
@@ -352,93 +352,4 @@ func (c *consumer) releaseRunning() {
 			c.q.opts.logger.Debug("delayqueue: cannot release job at shutdown", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
 		}
 	}
-}
-
-// keep extends the reservations of running jobs until ctx ends: when a
-// third of a job's TTR has passed since its last extension, it extends
-// every job past a sixth of its own, so that jobs started together share
-// their calls.
-func (c *consumer) keep(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	failures := 0
-	for {
-		wait, ok := c.nextExtension(time.Now())
-		if failures > 0 {
-			wait, ok = retryBackoff(failures), true
-		}
-		if !ok {
-			wait = time.Hour // until a job starts
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.kick:
-			continue
-		case <-timer.C:
-		}
-		if err := c.extend(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			c.q.opts.logger.Warn("delayqueue: consumer cannot extend its reservations; retrying", attrError, err)
-		} else {
-			failures = 0
-		}
-	}
-}
-
-// nextExtension is how long until a running job's reservation needs
-// extending, if any does.
-func (c *consumer) nextExtension(now time.Time) (time.Duration, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var next time.Time
-	for _, r := range c.running {
-		if r.lost || !now.Before(r.stop) {
-			continue
-		}
-		at := r.renewed.Add(max(r.ref.TTR/3, time.Millisecond))
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
-	}
-	return max(next.Sub(now), 0), !next.IsZero()
-}
-
-// extend extends the reservations that are a sixth or more through.
-func (c *consumer) extend(ctx context.Context) error {
-	now := time.Now()
-	var jobs []*Job
-	var runs []*running
-	c.mu.Lock()
-	for _, r := range c.running {
-		if !r.lost && now.Before(r.stop) && now.Sub(r.renewed) >= r.ref.TTR/6 {
-			jobs, runs = append(jobs, r.ref), append(runs, r)
-		}
-	}
-	c.mu.Unlock()
-	if len(jobs) == 0 {
-		return nil
-	}
-	errs := c.q.extend(ctx, jobs)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var failed error
-	for i, r := range runs {
-		switch {
-		case errs[i] == nil:
-			r.renewed = now
-		case errors.Is(errs[i], ErrLeaseLost), errors.Is(errs[i], ErrNotFound):
-			// Gone to another consumer, or removed: the handler works
-			// for nothing, and its ctx says why.
-			r.lost = true
-			r.cancel(errs[i])
-		default:
-			failed = errs[i] // a Redis error: tried again soon
-		}
-	}
-	return failed
 }

@@ -36,7 +36,7 @@ func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*
 			if err != nil {
 				return nil, err
 			}
-			job.lease = 0 // not the caller's reservation
+			job.reservation = 0 // not the caller's reservation
 			jobs = append(jobs, job)
 		}
 	}
@@ -142,12 +142,4 @@ func (q *DelayQueue) trimDead(ctx context.Context, b int) (int, error) {
 		}
 	}
 	return total, nil
-}
-
-// checkTopic checks a topic given by the caller of a dead-letter method.
-func (q *DelayQueue) checkTopic(topic string) error {
-	if q.closed.Load() {
-		return ErrClosed
-	}
-	return validateTopic(topic)
 }

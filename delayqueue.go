@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/batch"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,10 +23,10 @@ type DelayQueue struct {
 	pub      string // PUBLISH, or SPUBLISH on Redis Cluster
 	ids      idGen
 	rotor    atomic.Uint32             // where the next Pop starts looking
-	pushes   []*coalescer[*pushArgs]   // see lane
-	calls    []*coalescer[*scriptCall] // see lane
-	reserves []*coalescer[*reserveCall]
-	finishes []*coalescer[*finishCall]
+	pushes   batch.Lanes[*pushArgs]    // bucket.go
+	calls    batch.Lanes[*scriptCall]  // scripts.go
+	reserves batch.Lanes[*reserveCall] // ready.go
+	finishes batch.Lanes[*finishCall]  // pool.go
 
 	held heldSet // reservations Pop returned, for Finish to check
 
@@ -43,7 +44,7 @@ type DelayQueue struct {
 	mu       sync.Mutex // guards the fields below; never held across a round trip
 	started  bool
 	cancel   context.CancelFunc // ends the handlers
-	handlers []*handler
+	handlers []*bucketHandler
 	stopped  chan struct{} // closed when every handler has returned
 	notes    *notifier
 
@@ -116,10 +117,12 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		q.pub = "SPUBLISH"
 		lanes = o.buckets
 	}
-	q.pushes = newLanes(lanes, maxPushChunk, 2, q.flushPushes)
-	q.calls = newLanes(lanes, maxPipelinedCalls, 2, q.flushCalls)
-	q.reserves = newLanes(lanes, maxPipelinedCalls, 1, q.flushReserves)
-	q.finishes = newLanes(lanes, maxPipelinedCalls, 1, q.flushFinishes)
+	// Concurrent calls go together (internal/batch): one lane on a
+	// single server, one per bucket on a Cluster, so that a stalled node
+	// holds up only the calls to its own buckets. Each component sets up
+	// its own lanes, beside the flush that sends their batches.
+	q.pushes, q.calls = q.pushLanes(lanes), q.callLanes(lanes)
+	q.reserves, q.finishes = q.reserveLanes(lanes), q.finishLanes(lanes)
 	if res[2] != jobFormatVersion {
 		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormatVersion)
 	}
@@ -146,9 +149,9 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 		q.mu.Unlock()
 		return ErrStarted
 	}
-	handlers := make([]*handler, q.opts.buckets)
+	handlers := make([]*bucketHandler, q.opts.buckets)
 	for b := range handlers {
-		handlers[b] = newHandler(q, b)
+		handlers[b] = newBucketHandler(q, b)
 	}
 	notes := q.notifierLocked(ctx)
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -212,7 +215,7 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 
 // stop is the shutdown of Close. The notifier is closed whatever happens
 // to the rest: its goroutines end with Close.
-func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*handler, notes *notifier) error {
+func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler, notes *notifier) error {
 	err := q.stopHandlers(ctx, cancel, stopped, handlers)
 	if notes != nil {
 		// Closing it is local: a short bound of its own, should the
@@ -225,7 +228,7 @@ func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stoppe
 }
 
 // stopHandlers ends the handlers and releases their leases.
-func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*handler) error {
+func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler) error {
 	if cancel == nil {
 		return nil // never started
 	}
@@ -262,123 +265,6 @@ func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
 		return nil, ErrClosed
 	}
 	return q.notifierLocked(ctx), nil
-}
-
-// Push adds a job and returns its ID: the job's own ID when it has one, else
-// a new one, unique among every process that ever opened the queue, which
-// Push also stores in job.ID. The job is due after job.Delay on the Redis
-// server's clock, or at job.RunAt. A job with an ID that exists already is
-// not pushed again, and Push returns its ID with no error: a retried Push
-// creates one job. Push returns nil only once the job is stored under the
-// returned ID. It returns an error matching ErrInvalidJob for a job it
-// refuses, and ErrClosed after Close. It is safe for concurrent use, and
-// concurrent calls are cheaper than lone ones: while one push is on its way
-// to Redis, the Push calls that follow wait and then go together, one
-// script call per bucket, in one round trip.
-func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
-	if q.closed.Load() {
-		return "", ErrClosed
-	}
-	a, err := q.opts.prepare(job)
-	if err != nil {
-		return "", err
-	}
-	for renewals := 0; ; renewals++ {
-		prefix := q.assignID(job, &a)
-		// Concurrent Push calls share round trips and script calls.
-		if err := lane(q.pushes, a.bucket).do(ctx, &a); err != nil {
-			return "", err
-		}
-		if a.status != pushTaken {
-			return job.ID, nil
-		}
-		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
-			return "", err
-		}
-		job.ID = "" // a new one, then
-	}
-}
-
-// maxPipelinedCalls bounds how many script calls go in one pipeline.
-const maxPipelinedCalls = 256
-
-// maxPushChunk bounds how many jobs one push script call carries.
-const maxPushChunk = 1000
-
-// PushMany adds many jobs with one script call per bucket they fall in
-// (per 1,000 jobs), all sent in one pipeline, and returns their IDs in
-// order. It checks every job
-// first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
-// without an ID get a new one, stored in their ID field, so that calling
-// PushMany again with the same jobs after an error pushes none of them
-// twice. Jobs whose ID exists already are left alone, as in Push.
-func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error) {
-	if q.closed.Load() {
-		return nil, ErrClosed
-	}
-	args := make([]pushArgs, len(jobs))
-	for i, job := range jobs {
-		a, err := q.opts.prepare(job)
-		if err != nil {
-			return nil, fmt.Errorf("job %d: %w", i, err)
-		}
-		args[i] = a
-	}
-	ids := make([]string, len(jobs))
-	prefixes := make([]*string, len(jobs))
-	for i, job := range jobs {
-		prefixes[i] = q.assignID(job, &args[i])
-		ids[i] = job.ID
-	}
-	pending := make([]*pushArgs, len(args))
-	for i := range args {
-		pending[i] = &args[i]
-	}
-	for renewals := 0; ; renewals++ {
-		if errs := q.pushBuckets(ctx, pending); errs != nil {
-			for _, a := range pending {
-				if err := errs[a.bucket]; err != nil {
-					return nil, err
-				}
-			}
-		}
-		// Jobs whose generated ID was taken go again under a new one.
-		pending = pending[:0]
-		for i := range args {
-			if a := &args[i]; a.status == pushTaken {
-				if err := q.idTaken(ctx, a.id, prefixes[i], renewals); err != nil {
-					return nil, err
-				}
-				jobs[i].ID = "" // a new one, then
-				prefixes[i] = q.assignID(jobs[i], a)
-				ids[i] = jobs[i].ID
-				pending = append(pending, a)
-			}
-		}
-		if len(pending) == 0 {
-			return ids, nil
-		}
-	}
-}
-
-// assignID gives a job without an ID a new one, and files it in its
-// bucket. It returns the prefix of the new ID (nil when it had one).
-func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
-	var prefix *string
-	if job.ID == "" {
-		job.ID, prefix = q.ids.next()
-	}
-	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
-	return prefix
-}
-
-// idTaken handles a generated ID that push.lua found taken by another job:
-// the queue takes a new instance number, unless it has done so too often.
-func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
-	if renewals >= maxIDRenewals {
-		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
-	}
-	return q.renewIDs(ctx, prefix)
 }
 
 // warnEviction logs a warning for every Redis master whose maxmemory-policy

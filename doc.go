@@ -29,7 +29,7 @@
 //     queue, and Push returns it only once its job is stored under it.
 //   - A stale consumer changes nothing: once a reservation ran out and the
 //     job went to another consumer, the first one's Retry, Touch and
-//     Release return ErrLeaseLost, and so does Finish(ctx, id) when this
+//     Release return ErrReservationLost, and so does Finish(ctx, id) when this
 //     DelayQueue's Pop returned that reservation (see Finish for the other
 //     cases). Consume extends the reservations of the jobs it runs, up to
 //     ConsumeOptions.MaxRunTime.
@@ -59,7 +59,7 @@
 // Cluster slot and the buckets spread over the masters:
 //
 //	dq:{name:b}:pool           HASH    job ID -> encoded job
-//	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by lease deadline (ms)
+//	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by reservation deadline (ms)
 //	dq:{name:b}:ready:<topic>  LIST    IDs of ready jobs, oldest first
 //	dq:{name:b}:dead:<topic>   ZSET    IDs of dead jobs by time of death
 //	dq:{name:b}:lock           STRING  the lease of the bucket's handler

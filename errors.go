@@ -13,13 +13,20 @@ var (
 	// ErrNotReserved is returned by Finish for a job that exists but is not
 	// reserved by a consumer (it is delayed, ready or dead).
 	ErrNotReserved = errors.New("delayqueue: job not reserved")
-	// ErrLeaseLost is returned by Retry, Touch, Release and Finish when the
-	// caller's reservation of the job is gone: it ran out and the job went
-	// back to ready or to another consumer, or the job was released.
+	// ErrReservationLost is returned by Retry, Touch, Release and Finish
+	// when the caller's reservation of the job is gone: it ran out and the
+	// job went back to ready or to another consumer, or the job was
+	// released.
 	// Nothing was changed, unless by the first run of this very call: a
 	// call whose reply was lost is sent again by go-redis, and the second
 	// run finds the reservation its first run settled gone.
-	ErrLeaseLost = errors.New("delayqueue: reservation lost")
+	ErrReservationLost = errors.New("delayqueue: reservation lost")
+	// ErrLeaseLost is the former name of ErrReservationLost, and the same
+	// error: errors.Is matches either.
+	//
+	// Deprecated: use ErrReservationLost. A lease, in this package, is a
+	// bucket handler's hold on its bucket (WithLease).
+	ErrLeaseLost = ErrReservationLost
 	// ErrNotPending is returned by Reschedule for a job that is reserved or
 	// dead: only delayed and ready jobs can be rescheduled.
 	ErrNotPending = errors.New("delayqueue: job not pending")

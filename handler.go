@@ -7,18 +7,10 @@ import (
 	"time"
 )
 
-// Log attribute keys.
-const (
-	attrBucket = "bucket"
-	attrTopic  = "topic"
-	attrJobID  = "job_id"
-	attrError  = "error"
-)
-
-// handler moves the due jobs of one bucket while it holds the bucket's lease.
+// bucketHandler moves the due jobs of one bucket while it holds the bucket's lease.
 // It sleeps until the bucket's next job is due, a push makes an earlier job
 // the bucket's first, the lease needs renewing, or the safety poll comes.
-type handler struct {
+type bucketHandler struct {
 	q     *DelayQueue
 	b     int
 	token string
@@ -45,13 +37,13 @@ type handler struct {
 
 type wakeKey struct{ mark, topic string }
 
-// maxWoke bounds the wake-ups a handler remembers: far more than can be on
+// maxWoke bounds the wake-ups a bucket handler remembers: far more than can be on
 // their way at once.
 const maxWoke = 256
 
 // claimWake reports whether the consumers of topic in this process are
 // still to be woken for the move marked mark, and records that they are.
-func (h *handler) claimWake(mark, topic string) bool {
+func (h *bucketHandler) claimWake(mark, topic string) bool {
 	k := wakeKey{mark, topic}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -68,12 +60,12 @@ func (h *handler) claimWake(mark, topic string) bool {
 	return true
 }
 
-func newHandler(q *DelayQueue, b int) *handler {
-	return &handler{q: q, b: b, token: newToken(), sig: make(chan struct{}, 1)}
+func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
+	return &bucketHandler{q: q, b: b, token: newToken(), sig: make(chan struct{}, 1)}
 }
 
 // wake asks the handler to move jobs after delay, when it holds the lease.
-func (h *handler) wake(delay time.Duration) {
+func (h *bucketHandler) wake(delay time.Duration) {
 	at := time.Now().Add(delay)
 	h.mu.Lock()
 	if h.wakeAt.IsZero() || at.Before(h.wakeAt) {
@@ -83,22 +75,22 @@ func (h *handler) wake(delay time.Duration) {
 	h.signal()
 }
 
-// leaseFreed tells a handler without the lease that it may take it now.
-func (h *handler) leaseFreed() {
+// leaseFreed tells a bucket handler without the lease that it may take it now.
+func (h *bucketHandler) leaseFreed() {
 	h.mu.Lock()
 	h.free = true
 	h.mu.Unlock()
 	h.signal()
 }
 
-func (h *handler) signal() {
+func (h *bucketHandler) signal() {
 	select {
 	case h.sig <- struct{}{}:
 	default:
 	}
 }
 
-func (h *handler) run(ctx context.Context) {
+func (h *bucketHandler) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -110,7 +102,7 @@ func (h *handler) run(ctx context.Context) {
 }
 
 // step moves one batch and returns how long to wait before the next.
-func (h *handler) step(ctx context.Context) time.Duration {
+func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	log := h.q.opts.logger
 	h.calls++
 	// Tombstones whose dedup window ended go at most once a second, and at
@@ -127,14 +119,14 @@ func (h *handler) step(ctx context.Context) time.Duration {
 		h.held = false
 		h.failures++
 		if h.failures == 1 {
-			log.Warn("delayqueue: handler cannot reach Redis; retrying", attrBucket, h.b, attrError, err)
+			log.Warn("delayqueue: bucket handler cannot reach Redis; retrying", attrBucket, h.b, attrError, err)
 		} else {
-			log.Debug("delayqueue: handler still failing", attrBucket, h.b, attrError, err, "failures", h.failures)
+			log.Debug("delayqueue: bucket handler still failing", attrBucket, h.b, attrError, err, "failures", h.failures)
 		}
 		return retryBackoff(h.failures)
 	}
 	if h.failures > 0 {
-		log.Info("delayqueue: handler reached Redis again", attrBucket, h.b, "failures", h.failures)
+		log.Info("delayqueue: bucket handler reached Redis again", attrBucket, h.b, "failures", h.failures)
 		h.failures = 0
 	}
 	if res.contended {
@@ -176,7 +168,7 @@ func (h *handler) step(ctx context.Context) time.Duration {
 // sleep waits for wait, or less when woken for an earlier due job (or, when
 // the handler has no lease, for a freed lease). It returns false when ctx
 // ends.
-func (h *handler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
+func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -211,8 +203,8 @@ func (h *handler) sleep(ctx context.Context, timer *time.Timer, wait time.Durati
 	}
 }
 
-// release gives up the lease at Close, if this handler holds it.
-func (h *handler) release(ctx context.Context) error {
+// release gives up the lease at Close, if this bucket handler holds it.
+func (h *bucketHandler) release(ctx context.Context) error {
 	if !h.held {
 		return nil
 	}

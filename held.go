@@ -22,8 +22,8 @@ type heldSet struct {
 }
 
 type heldJob struct {
-	lease int64
-	until time.Time // when the reservation runs out, on this process's clock, at the latest
+	reservation int64
+	until       time.Time // when the reservation runs out, on this process's clock, at the latest
 }
 
 // add records reservations just popped; since is when the pop was sent.
@@ -34,7 +34,7 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 		s.jobs = map[string]heldJob{}
 	}
 	for _, job := range jobs {
-		s.jobs[job.ID] = heldJob{job.lease, since.Add(job.TTR)}
+		s.jobs[job.ID] = heldJob{job.reservation, since.Add(job.TTR)}
 	}
 	if len(s.jobs) >= s.pruneAt {
 		cutoff := time.Now().Add(-heldHorizon)
@@ -47,32 +47,32 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 	}
 }
 
-// lease returns the lease of the reservation of id that this instance
+// reservation returns the reservation of the reservation of id that this instance
 // popped, or 0 for none (or one that ran out more than heldHorizon ago).
-func (s *heldSet) lease(id string) int64 {
+func (s *heldSet) reservation(id string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.jobs[id]
 	if !ok || time.Since(h.until) > heldHorizon {
 		return 0
 	}
-	return h.lease
+	return h.reservation
 }
 
-// extend records that the reservation under lease runs until until.
-func (s *heldSet) extend(id string, lease int64, until time.Time) {
+// extend records that the reservation under reservation runs until until.
+func (s *heldSet) extend(id string, reservation int64, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h, ok := s.jobs[id]; ok && h.lease == lease {
-		s.jobs[id] = heldJob{lease, until}
+	if h, ok := s.jobs[id]; ok && h.reservation == reservation {
+		s.jobs[id] = heldJob{reservation, until}
 	}
 }
 
-// settled forgets the reservation of id under lease (0: whichever).
-func (s *heldSet) settled(id string, lease int64) {
+// settled forgets the reservation of id under reservation (0: whichever).
+func (s *heldSet) settled(id string, reservation int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h, ok := s.jobs[id]; ok && (lease == 0 || h.lease == lease) {
+	if h, ok := s.jobs[id]; ok && (reservation == 0 || h.reservation == reservation) {
 		delete(s.jobs, id)
 	}
 }

@@ -28,8 +28,8 @@ func TestAStaleFinishCannotDeleteAnotherConsumersJob(t *testing.T) {
 		require.Equal(t, stale.ID, current.ID)
 		require.NoError(t, b.Touch(ctx, current))
 
-		assert.ErrorIs(t, a.Finish(ctx, id), ErrLeaseLost, "a's late Finish")
-		assert.ErrorIs(t, a.Finish(ctx, id), ErrLeaseLost, "and again")
+		assert.ErrorIs(t, a.Finish(ctx, id), ErrReservationLost, "a's late Finish")
+		assert.ErrorIs(t, a.Finish(ctx, id), ErrReservationLost, "and again")
 		got, err := b.Get(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, StateReserved, got.State, "b still holds the job")
@@ -57,16 +57,16 @@ func TestFinishOfAJobPoppedElsewhereFinishesItsReservation(t *testing.T) {
 func TestHeldReservationsAreForgottenAfterTheirHorizon(t *testing.T) {
 	var s heldSet
 	old := time.Now().Add(-heldHorizon - time.Minute)
-	s.add([]*Job{{ID: "old", TTR: time.Second, lease: 1}, {ID: "recent", TTR: heldHorizon, lease: 2}}, old)
+	s.add([]*Job{{ID: "old", TTR: time.Second, reservation: 1}, {ID: "recent", TTR: heldHorizon, reservation: 2}}, old)
 	for i := range 1024 {
-		s.add([]*Job{{ID: strconv.Itoa(i), TTR: time.Second, lease: 3}}, time.Now())
+		s.add([]*Job{{ID: strconv.Itoa(i), TTR: time.Second, reservation: 3}}, time.Now())
 	}
-	assert.Zero(t, s.lease("old"), "ran out more than an hour ago")
-	assert.Equal(t, int64(2), s.lease("recent"), "ran out less than an hour ago")
+	assert.Zero(t, s.reservation("old"), "ran out more than an hour ago")
+	assert.Equal(t, int64(2), s.reservation("recent"), "ran out less than an hour ago")
 	s.settled("recent", 5)
-	assert.Equal(t, int64(2), s.lease("recent"), "another reservation's settling leaves it")
+	assert.Equal(t, int64(2), s.reservation("recent"), "another reservation's settling leaves it")
 	s.settled("recent", 2)
-	assert.Zero(t, s.lease("recent"))
+	assert.Zero(t, s.reservation("recent"))
 }
 
 // TestFaultStaleConsumerProcessFinishesLate runs the stale consumer as a
@@ -85,13 +85,13 @@ func TestFaultStaleConsumerProcessFinishesLate(t *testing.T) {
 	require.NoError(t, q.Touch(context.Background(), current))
 	stale.signal(t, syscall.SIGCONT)
 	stale.say(t, "finish")
-	stale.expect(t, "finish: "+ErrLeaseLost.Error())
+	stale.expect(t, "finish: "+ErrReservationLost.Error())
 
 	got, err := q.Get(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, StateReserved, got.State, "the job this process holds is still there")
 	require.NoError(t, q.Finish(context.Background(), id))
-	t.Logf("FAULT stale consumer process: its late Finish returned %v; the current holder finished the job", ErrLeaseLost)
+	t.Logf("FAULT stale consumer process: its late Finish returned %v; the current holder finished the job", ErrReservationLost)
 }
 
 // finishLateHelper pops one job, says which, and finishes it when told to,

@@ -89,14 +89,14 @@ func TestDecodeJobRejectsCorruptValues(t *testing.T) {
 func TestDecodeJobReadsEveryField(t *testing.T) {
 	v := []byte{jobFormat | byte(StateReserved) | jobHasError, 0, 2, 0, 5, 0, 0, 0x05, 0xdc}
 	v = append(v, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00) // at 1700000000000
-	v = append(v, 0, 0, 0, 0, 0, 4, 5)                // lease 4, topic length 5
+	v = append(v, 0, 0, 0, 0, 0, 4, 5)                // reservation 4, topic length 5
 	v = append(v, 0, 4)                               // error length 4
 	v = append(v, "topicboombo\ndy"...)
 	job, err := decodeJob("id", v)
 	require.NoError(t, err)
 	assert.Equal(t, &Job{
 		ID: "id", Topic: "topic", Body: []byte("bo\ndy"), State: StateReserved, Attempts: 2, MaxAttempts: 5,
-		TTR: 1500 * time.Millisecond, ReservedUntil: time.UnixMilli(1700000000000), LastError: "boom", lease: 4,
+		TTR: 1500 * time.Millisecond, ReservedUntil: time.UnixMilli(1700000000000), LastError: "boom", reservation: 4,
 	}, job)
 }
 

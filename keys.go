@@ -1,6 +1,7 @@
 package delayqueue
 
 import (
+	"hash/crc32"
 	"strconv"
 
 	"github.com/dqueue/delayqueue/internal/slot"
@@ -18,7 +19,7 @@ import (
 // --cluster create makes them) then gets an even share of every queue.
 //
 //	dq:{name:b}:pool           HASH  job ID -> encoded job
-//	dq:{name:b}:bucket         ZSET  job ID scored by due time or lease deadline (ms)
+//	dq:{name:b}:bucket         ZSET  job ID scored by due time or reservation deadline (ms)
 //	dq:{name:b}:ready:<topic>  LIST  IDs of ready jobs, oldest first
 //	dq:{name:b}:dead:<topic>   ZSET  IDs of dead jobs scored by the time they died
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
@@ -41,8 +42,8 @@ type keyspace struct {
 
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
-	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, leases, records, dedup string
-	wake, readyChannels                                                           string // channel, and prefix of the topics' channels
+	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup string
+	wake, readyChannels                                                                 string // channel, and prefix of the topics' channels
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -56,7 +57,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			deadPrefix:    prefix + "dead:",
 			lock:          prefix + "lock",
 			deadTopics:    prefix + "deadtopics",
-			leases:        prefix + "leases",
+			reservations:  prefix + "leases",
 			records:       prefix + "rsv:",
 			dedup:         prefix + "dedup",
 			wake:          prefix + "ev:wake",
@@ -104,3 +105,17 @@ func metaKey(name string) string { return "dq:{" + name + "}:meta" }
 
 // readyChannel is the channel that announces ready jobs of topic in this bucket.
 func (bk bucketKeys) readyChannel(topic string) string { return bk.readyChannels + topic }
+
+// bucketOf maps a job ID to its bucket. It depends on the ID alone, so every
+// process finds a job without a lookup; it must never change.
+func bucketOf(id string, buckets int) int {
+	return int(crc32.ChecksumIEEE([]byte(id)) % uint32(buckets))
+}
+
+// bucketOfID checks an ID and returns its bucket.
+func bucketOfID(id string, buckets int) (int, error) {
+	if err := validateID(id); err != nil {
+		return 0, err
+	}
+	return bucketOf(id, buckets), nil
+}

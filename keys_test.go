@@ -14,7 +14,7 @@ func TestKeysOfABucketShareOneSlot(t *testing.T) {
 	for b := range 16 {
 		bk := ks.bucket(b)
 		s := slot.Of(bk.pool)
-		for _, k := range []string{bk.zset, bk.lock, bk.deadTopics, bk.leases, bk.record("21.5"), bk.ready("email"), bk.dead("email")} {
+		for _, k := range []string{bk.zset, bk.lock, bk.deadTopics, bk.reservations, bk.record("21.5"), bk.ready("email"), bk.dead("email")} {
 			assert.Equal(t, s, slot.Of(k), "key %q of bucket %d", k, b)
 		}
 		slots[s] = true
@@ -51,7 +51,7 @@ func FuzzKeysOfAJobShareOneSlot(f *testing.F) {
 		ks := newKeyspace(name, 8)
 		bk := ks.bucket(bucketOf(id, 8))
 		s := slot.Of(bk.pool)
-		for _, k := range []string{bk.zset, bk.lock, bk.deadTopics, bk.leases, bk.record(id), bk.ready(topic), bk.dead(topic), bk.readyPrefix, bk.deadPrefix} {
+		for _, k := range []string{bk.zset, bk.lock, bk.deadTopics, bk.reservations, bk.record(id), bk.ready(topic), bk.dead(topic), bk.readyPrefix, bk.deadPrefix} {
 			require.Equal(t, s, slot.Of(k), "key %q", k)
 		}
 	})
@@ -75,7 +75,7 @@ func FuzzKeysNeverCollide(f *testing.F) {
 		require.Equal(t, same, k1.ready(topic1) == k2.ready(topic2), "ready lists")
 		require.Equal(t, same, k1.dead(topic1) == k2.dead(topic2), "dead letters")
 		require.Equal(t, sameBucket, k1.pool == k2.pool, "pools")
-		fixed := []string{k2.pool, k2.zset, k2.lock, k2.deadTopics, k2.leases, newKeyspace(name2, 8).meta()}
+		fixed := []string{k2.pool, k2.zset, k2.lock, k2.deadTopics, k2.reservations, newKeyspace(name2, 8).meta()}
 		for _, k := range fixed {
 			require.NotEqual(t, k, k1.ready(topic1))
 			require.NotEqual(t, k, k1.dead(topic1))

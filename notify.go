@@ -42,7 +42,7 @@ type notifier struct {
 	routes   map[string]route      // channel -> what it carries
 	topics   map[string]*topicWatch
 	watched  map[string]bool // topics whose subscription was sent
-	handlers []*handler
+	handlers []*bucketHandler
 	dropped  []*subscription // replaced after a slot move; their readers may still run
 	closed   bool
 }
@@ -187,7 +187,7 @@ func (n *notifier) confirmedAll(ctx context.Context, subs []*subscription) error
 }
 
 // listenForHandlers subscribes to every bucket's wake channel.
-func (n *notifier) listenForHandlers(hs []*handler) error {
+func (n *notifier) listenForHandlers(hs []*bucketHandler) error {
 	n.mu.Lock()
 	n.handlers = hs
 	n.mu.Unlock()
@@ -347,7 +347,7 @@ var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot mo
 func (n *notifier) dispatch(channel, payload string, resync bool) {
 	n.mu.Lock()
 	r, ok := n.routes[channel]
-	var h *handler
+	var h *bucketHandler
 	if r.bucket < len(n.handlers) {
 		h = n.handlers[r.bucket]
 	}
@@ -378,23 +378,6 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 			count = 1
 		}
 		w.notify(r.bucket, count)
-	}
-}
-
-// notifyReady wakes this process's consumers for jobs of one topic that
-// became ready in bucket b.
-func (q *DelayQueue) notifyReady(b int, ready topicCount) {
-	q.mu.Lock()
-	n := q.notes
-	q.mu.Unlock()
-	if n == nil {
-		return // nobody here pops
-	}
-	n.mu.Lock()
-	w := n.topics[ready.topic]
-	n.mu.Unlock()
-	if w != nil {
-		w.notify(b, ready.count)
 	}
 }
 

@@ -160,7 +160,7 @@ func TestNotifierSkipsTheWakeUpOfItsOwnMove(t *testing.T) {
 }
 
 func TestAHandlerRemembersItsLatestWakeUps(t *testing.T) {
-	h := newHandler(nil, 0)
+	h := newBucketHandler(nil, 0)
 	for i := range maxWoke + 1 {
 		require.True(t, h.claimWake(strconv.Itoa(i), "t"))
 	}

@@ -146,3 +146,11 @@ func (o *options) validate() error {
 	}
 	return nil
 }
+
+// Log attribute keys.
+const (
+	attrBucket = "bucket"
+	attrTopic  = "topic"
+	attrJobID  = "job_id"
+	attrError  = "error"
+)

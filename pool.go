@@ -2,10 +2,12 @@ package delayqueue
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/batch"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,7 +49,7 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	}
 	// The reservation is the popper's: a job from Get cannot Retry, Touch
 	// or Release it.
-	job.lease = 0
+	job.reservation = 0
 	if due, err := score.Result(); err == nil && job.State == StateDelayed {
 		job.RunAt = time.UnixMilli(int64(due))
 	}
@@ -57,7 +59,7 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 // Finish marks a reserved job done and deletes it. When this DelayQueue
 // popped the job, Finish checks that the reservation it popped still holds:
 // once that ran out and the job went back to ready or to another consumer,
-// Finish changes nothing and returns ErrLeaseLost, so a stale consumer
+// Finish changes nothing and returns ErrReservationLost, so a stale consumer
 // cannot delete a job that another one now works on. A job this
 // DelayQueue did not pop (popped by another process, or by this one more
 // than an hour after that reservation ran out) is finished in whatever
@@ -71,12 +73,12 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 	if q.closed.Load() {
 		return ErrClosed
 	}
-	var lease any = ""
-	held := q.held.lease(id)
+	var reservation any = ""
+	held := q.held.reservation(id)
 	if held != 0 {
-		lease = held
+		reservation = held
 	}
-	if err := q.finish(ctx, id, lease); err != nil {
+	if err := q.finish(ctx, id, reservation); err != nil {
 		return err
 	}
 	q.held.settled(id, held)
@@ -85,24 +87,24 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 
 // finishCall is one job to finish.
 type finishCall struct {
-	b      int
-	id     string
-	lease  any // "" for any reservation
-	status int64
+	b           int
+	id          string
+	reservation any // "" for any reservation
+	status      int64
 }
 
-// finish deletes a reserved job; with a lease, only while that reservation
-// holds, so that a consumer whose lease ran out leaves the job to the
+// finish deletes a reserved job; with a reservation, only while that reservation
+// holds, so that a consumer whose reservation ran out leaves the job to the
 // consumer that has it now. It works on a closed queue, so that Consume can
 // settle the jobs its handlers finish after Close. Concurrent calls share
 // script calls: one per bucket.
-func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
+func (q *DelayQueue) finish(ctx context.Context, id string, reservation any) error {
 	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
 	}
-	c := &finishCall{b: b, id: id, lease: lease}
-	if err := lane(q.finishes, b).do(ctx, c); err != nil {
+	c := &finishCall{b: b, id: id, reservation: reservation}
+	if err := q.finishes.For(b).Do(ctx, c); err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
 	switch c.status {
@@ -111,37 +113,43 @@ func (q *DelayQueue) finish(ctx context.Context, id string, lease any) error {
 	case -1:
 		return fmt.Errorf("%w: %q", ErrNotReserved, id)
 	case -2:
-		return fmt.Errorf("%w: %q", ErrLeaseLost, id)
+		return fmt.Errorf("%w: %q", ErrReservationLost, id)
 	}
 	return nil
 }
 
+// finishLanes coalesce concurrent finishes, one batch in flight, as
+// reserves do.
+func (q *DelayQueue) finishLanes(n int) batch.Lanes[*finishCall] {
+	return batch.NewLanes(n, maxPipelinedCalls, 1, q.flushFinishes)
+}
+
 // flushFinishes finishes a batch of coalesced finish calls: one script call
 // per bucket, all in one pipeline.
-func (q *DelayQueue) flushFinishes(ctx context.Context, batch []*request[*finishCall]) {
-	groups := groupBatch(batch,
+func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*finishCall]) {
+	groups := batch.GroupBy(reqs,
 		func(c *finishCall) int { return c.b },
 		func(*finishCall) int { return 1 }, maxPipelinedCalls)
 	calls := make([]*scriptCall, len(groups))
 	for i, g := range groups {
-		bk := q.keys.bucket(g.key)
-		args := make([]any, 0, 2*len(g.reqs))
-		for _, r := range g.reqs {
-			args = append(args, r.in.id, r.in.lease)
+		bk := q.keys.bucket(g.Key)
+		args := make([]any, 0, 2*len(g.Reqs))
+		for _, r := range g.Reqs {
+			args = append(args, r.In.id, r.In.reservation)
 		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup}, args: args, settles: true, bucket: g.key}
+		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup}, args: args, settles: true, bucket: g.Key}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
 		res, err := calls[i].cmd.Int64Slice()
-		if err == nil && len(res) != len(g.reqs) {
-			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.reqs))
+		if err == nil && len(res) != len(g.Reqs) {
+			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.Reqs))
 		}
-		for j, r := range g.reqs {
+		for j, r := range g.Reqs {
 			if err != nil {
-				r.err = err
+				r.Err = err
 			} else {
-				r.in.status = res[j]
+				r.In.status = res[j]
 			}
 		}
 	}
@@ -175,10 +183,117 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 	return bucketOfID(id, q.opts.buckets)
 }
 
-// bucketOfID checks an ID and returns its bucket.
-func bucketOfID(id string, buckets int) (int, error) {
-	if err := validateID(id); err != nil {
-		return 0, err
+// The job encoding; job.lua documents it and decodes it in scripts.
+const (
+	jobFormatVersion = 2
+	jobFormat        = jobFormatVersion << 6 // in the top 2 bits of the first byte
+	jobHasNonce      = 1 << 5
+	jobHasWindow     = 1 << 4
+	jobHasError      = 1 << 3
+	jobHeaderLen     = 22
+
+	maxTTR         = (1<<32 - 1) * time.Millisecond // ttr_ms is 4 bytes
+	maxMaxAttempts = 1<<16 - 1                      // max attempts is 2 bytes
+	maxDedupWindow = (1<<32 - 1) * time.Millisecond // the window is 4 bytes
+)
+
+// encodeJob writes a new delayed job as push.lua stores it: no attempts, no
+// reservation, no error, due at atMs (push.lua writes the due time of a delay),
+// with a dedup window of windowMs and a push nonce (0: none of either).
+func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64, nonce uint32) []byte {
+	n := jobHeaderLen
+	if windowMs > 0 {
+		n += 4
 	}
-	return bucketOf(id, buckets), nil
+	if nonce != 0 {
+		n += 4
+	}
+	v := make([]byte, jobHeaderLen, n+len(topic)+len(body))
+	v[0] = jobFormat | byte(StateDelayed)
+	binary.BigEndian.PutUint16(v[3:], uint16(maxAttempts))
+	binary.BigEndian.PutUint32(v[5:], uint32(ttrMs))
+	putUint48(v[9:], uint64(atMs))
+	v[21] = byte(len(topic))
+	if windowMs > 0 {
+		v[0] |= jobHasWindow
+		v = binary.BigEndian.AppendUint32(v, uint32(windowMs))
+	}
+	if nonce != 0 {
+		v[0] |= jobHasNonce
+		v = binary.BigEndian.AppendUint32(v, nonce)
+	}
+	v = append(v, topic...)
+	return append(v, body...)
+}
+
+func putUint48(b []byte, n uint64) {
+	binary.BigEndian.PutUint16(b, uint16(n>>32))
+	binary.BigEndian.PutUint32(b[2:], uint32(n))
+}
+
+func uint48(b []byte) int64 {
+	return int64(binary.BigEndian.Uint16(b))<<32 | int64(binary.BigEndian.Uint32(b[2:]))
+}
+
+// decodeJob reads a job as job.lua encodes it.
+func decodeJob(id string, v []byte) (*Job, error) {
+	corrupt := func(why string) (*Job, error) {
+		return nil, fmt.Errorf("delayqueue: job %q: corrupt encoding: %s", id, why)
+	}
+	if len(v) < jobHeaderLen {
+		return corrupt("short header")
+	}
+	if v[0]>>6 != jobFormatVersion {
+		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>6)
+	}
+	state := State(v[0] & 7)
+	if state < StateDelayed || state > StateDead {
+		return corrupt(fmt.Sprintf("state %d", state))
+	}
+	rest := v[jobHeaderLen:]
+	errLen := 0
+	if v[0]&jobHasError != 0 {
+		if len(rest) < 2 {
+			return corrupt("short error length")
+		}
+		errLen, rest = int(binary.BigEndian.Uint16(rest)), rest[2:]
+	}
+	var window time.Duration
+	if v[0]&jobHasWindow != 0 {
+		if len(rest) < 4 {
+			return corrupt("short dedup window")
+		}
+		window, rest = time.Duration(binary.BigEndian.Uint32(rest))*time.Millisecond, rest[4:]
+	}
+	var nonce uint32
+	if v[0]&jobHasNonce != 0 {
+		if len(rest) < 4 {
+			return corrupt("short push nonce")
+		}
+		nonce, rest = binary.BigEndian.Uint32(rest), rest[4:]
+	}
+	topicLen := int(v[21])
+	if len(rest) < topicLen+errLen {
+		return corrupt("short topic or error")
+	}
+	job := &Job{
+		ID:          id,
+		Topic:       string(rest[:topicLen]),
+		LastError:   string(rest[topicLen : topicLen+errLen]),
+		Body:        rest[topicLen+errLen:],
+		State:       state,
+		Attempts:    int(binary.BigEndian.Uint16(v[1:])),
+		MaxAttempts: int(binary.BigEndian.Uint16(v[3:])),
+		TTR:         time.Duration(binary.BigEndian.Uint32(v[5:])) * time.Millisecond,
+		DedupWindow: window,
+		reservation: uint48(v[15:]),
+		nonce:       nonce,
+	}
+	at := time.UnixMilli(uint48(v[9:]))
+	if job.State == StateReserved {
+		job.ReservedUntil = at
+	} else {
+		job.RunAt = at
+	}
+	return job, nil
 }

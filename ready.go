@@ -3,10 +3,9 @@ package delayqueue
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/batch"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,46 +47,52 @@ type reserveCall struct {
 // share one script call.
 func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want int) ([]*Job, reserveStatus, error) {
 	c := &reserveCall{b: b, topic: topic, want: want}
-	if err := lane(q.reserves, b).do(ctx, c); err != nil {
+	if err := q.reserves.For(b).Do(ctx, c); err != nil {
 		return nil, 0, err
 	}
 	return c.jobs, c.status, nil
 }
 
+// reserveLanes coalesce concurrent reserves, one batch in flight: more of a
+// busy consumer's reserves wait and go together, in fewer script calls.
+func (q *DelayQueue) reserveLanes(n int) batch.Lanes[*reserveCall] {
+	return batch.NewLanes(n, maxPipelinedCalls, 1, q.flushReserves)
+}
+
 // flushReserves reserves jobs for a batch of coalesced reserve calls: one
 // script call per list, all in one pipeline.
-func (q *DelayQueue) flushReserves(ctx context.Context, batch []*request[*reserveCall]) {
+func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*reserveCall]) {
 	type list struct {
 		b     int
 		topic string
 	}
 	// One call per list, or more when the requests want more than
 	// maxReserve jobs together (each wants at most maxReserve).
-	groups := groupBatch(batch,
+	groups := batch.GroupBy(reqs,
 		func(c *reserveCall) list { return list{c.b, c.topic} },
 		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
 	for i, g := range groups {
-		bk := q.keys.bucket(g.key.b)
+		bk := q.keys.bucket(g.Key.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys:    []string{bk.ready(g.key.topic), bk.pool, bk.zset, bk.leases, bk.record(q.callName())},
-			args:    []any{bk.wake, q.pub, staleSkips, g.key.topic, g.size, q.recordLife.Milliseconds()},
-			settles: true, bucket: g.key.b}
+			keys:    []string{bk.ready(g.Key.topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName())},
+			args:    []any{bk.wake, q.pub, staleSkips, g.Key.topic, g.Size, q.recordLife.Milliseconds()},
+			settles: true, bucket: g.Key.b}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
 		jobs, status, err := reserveResult(calls[i].cmd)
 		if err != nil {
-			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.key.topic, g.key.b, err)
+			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.Key.topic, g.Key.b, err)
 		} else if len(jobs) > 0 {
 			// The reply is in: go-redis sends the call no more, and its
 			// record can go.
-			q.forget(g.key.b, calls[i].keys[4])
+			q.forget(g.Key.b, calls[i].keys[4])
 		}
-		for _, r := range g.reqs {
-			n := min(r.in.want, len(jobs))
-			r.in.jobs, jobs = jobs[:n:n], jobs[n:]
-			r.in.status, r.err = status, err
+		for _, r := range g.Reqs {
+			n := min(r.In.want, len(jobs))
+			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
+			r.In.status, r.Err = status, err
 		}
 	}
 }
@@ -233,195 +238,5 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			// timers never outlast a poll).
 			w.pollDue(q.opts.poll)
 		}
-	}
-}
-
-// topicWatch tracks, for one topic in this process, how many jobs each
-// bucket's ready list holds as far as the notifications tell, and the Pops
-// waiting for one. A notification that n jobs became ready in a bucket adds
-// n to its count and wakes n waiting Pops, oldest first; a Pop takes from
-// the count what it asks the bucket for (take), so that sixteen Pops do not
-// all look at a list that got one job. A look that finds the list empty sets
-// the count to zero, unless a notification came in the meantime. The count
-// is unknown (every Pop may look) at first, after a safety poll, and when
-// the pub/sub connection was re-established: notifications may have been
-// lost.
-type topicWatch struct {
-	mu        sync.Mutex
-	ready     []int    // per bucket: jobs ready and not taken by a look; unknown for "look"
-	version   []uint64 // bumped on every notification of the bucket
-	waiters   []*waiter
-	rechecked time.Time // the last safety poll (or the watch's start)
-}
-
-// unknown is a bucket's ready count when a look must find it out.
-const unknown = -1
-
-// maxCount bounds a ready count: a notification of more is as good as
-// unknown.
-const maxCount = 1 << 30
-
-// waiter is one Pop of the topic. It is in waiters from its look at the
-// buckets until it is woken.
-type waiter struct {
-	wake chan struct{} // buffered; holds a wake-up not yet taken
-	hint int           // the bucket it was woken for, looked at first; -1 for none
-}
-
-func newWaiter() *waiter { return &waiter{wake: make(chan struct{}, 1), hint: -1} }
-
-func newTopicWatch(buckets int) *topicWatch {
-	w := &topicWatch{ready: make([]int, buckets), version: make([]uint64, buckets), rechecked: time.Now()}
-	for b := range w.ready {
-		w.ready[b] = unknown
-	}
-	return w
-}
-
-// notify records that n jobs became ready in bucket b and wakes n waiters.
-func (w *topicWatch) notify(b, n int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if b < 0 || b >= len(w.version) {
-		return // from a queue opened with more buckets: ignored
-	}
-	w.version[b]++
-	n = max(n, 1)
-	switch {
-	case w.ready[b] == unknown || w.ready[b]+n >= maxCount:
-		w.ready[b] = unknown
-	default:
-		w.ready[b] += n
-	}
-	w.wakeLocked(n, b)
-}
-
-// pollDue rechecks every bucket when the last recheck was poll ago or
-// more: a job whose notification was lost (a full client buffer, a script
-// cut short) is found then, at the latest.
-func (w *topicWatch) pollDue(poll time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if time.Since(w.rechecked) >= poll {
-		w.recheckLocked()
-	}
-}
-
-// recheckLocked makes every bucket's count unknown and wakes every waiter.
-func (w *topicWatch) recheckLocked() {
-	w.rechecked = time.Now()
-	for b := range w.version {
-		w.version[b]++
-		w.ready[b] = unknown
-	}
-	w.wakeLocked(len(w.waiters), -1)
-}
-
-// wakeLocked wakes the n oldest waiters for bucket b (-1: any bucket).
-func (w *topicWatch) wakeLocked(n, b int) {
-	n = min(n, len(w.waiters))
-	for _, wt := range w.waiters[:n] {
-		wt.hint = b
-		select {
-		case wt.wake <- struct{}{}:
-		default: // cannot happen: a woken waiter leaves the list until it drains
-		}
-	}
-	w.waiters = slices.Delete(w.waiters, 0, n)
-}
-
-// candidates lists the buckets that may hold ready jobs not taken by a
-// look (every bucket when all is set), starting at a rotating offset so that
-// consumers spread over buckets, but with the bucket wt was woken for
-// first. It (re)enlists wt as a waiter, so that a notification from now on
-// wakes it.
-func (w *topicWatch) candidates(start int, all bool, wt *waiter) []int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	select {
-	case <-wt.wake: // a wake-up that came during the last look: this look serves it
-	default:
-	}
-	if !slices.Contains(w.waiters, wt) {
-		w.waiters = append(w.waiters, wt)
-	}
-	n := len(w.version)
-	var buckets []int
-	for i := -1; i < n; i++ {
-		b := (start + i) % n
-		switch {
-		case i < 0 && wt.hint < 0:
-			continue
-		case i < 0:
-			b = wt.hint
-		case b == wt.hint:
-			continue
-		}
-		if all || w.ready[b] != 0 {
-			buckets = append(buckets, b)
-		}
-	}
-	wt.hint = -1
-	return buckets
-}
-
-// look is a Pop's look at one bucket: it asks for n jobs, and took credit
-// of the bucket's count.
-type look struct {
-	b, n    int
-	credit  int
-	version uint64
-}
-
-// take plans a look at bucket b for up to want jobs. A bucket whose count
-// is known is asked for no more than its count (n is 0 when it has none
-// left); all asks every bucket for want.
-func (w *topicWatch) take(b, want int, all bool) look {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l := look{b: b, n: want, version: w.version[b]}
-	if c := w.ready[b]; c != unknown {
-		l.credit = min(c, want)
-		w.ready[b] -= l.credit
-		if !all {
-			l.n = l.credit
-		}
-	}
-	return l
-}
-
-// settle records what a look found: got jobs, and how the call ended (err
-// when it failed, and nothing is known).
-func (w *topicWatch) settle(l look, got int, status reserveStatus, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case err != nil || status == onlyStale:
-		// The list may still hold what the look took credit for: give
-		// it back, and to a waiter.
-		if back := l.credit - min(got, l.credit); back > 0 {
-			if w.ready[l.b] != unknown {
-				w.ready[l.b] += back
-			}
-			w.wakeLocked(back, l.b)
-		}
-	case status == listEmpty && w.version[l.b] == l.version:
-		w.ready[l.b] = 0
-	}
-}
-
-// leave takes a returning Pop off the waiters. A wake-up it was given and
-// did not act on goes to the next waiter.
-func (w *topicWatch) leave(wt *waiter) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if i := slices.Index(w.waiters, wt); i >= 0 {
-		w.waiters = slices.Delete(w.waiters, i, i+1)
-		return
-	}
-	select {
-	case <-wt.wake:
-		w.wakeLocked(1, wt.hint)
-	default:
 	}
 }

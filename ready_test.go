@@ -229,20 +229,20 @@ func TestReserveManyTakesEachJobOnce(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, listEmpty, status)
 		require.Len(t, jobs, 3)
-		leases := map[int64]bool{}
+		reservations := map[int64]bool{}
 		for i, job := range jobs {
 			assert.Equal(t, ids[i], job.ID, "oldest first")
 			assert.Equal(t, StateReserved, job.State)
-			leases[job.lease] = true
+			reservations[job.reservation] = true
 			v, err := be.client.HGet(ctx, q.keys.bucket(0).pool, job.ID).Bytes()
 			require.NoError(t, err)
 			stored, err := decodeJob(job.ID, v)
 			require.NoError(t, err)
-			assert.Equal(t, job.lease, stored.lease, "the lease handed out is the one stored")
+			assert.Equal(t, job.reservation, stored.reservation, "the reservation handed out is the one stored")
 		}
-		assert.Len(t, leases, 3, "every reservation has a lease of its own")
+		assert.Len(t, reservations, 3, "every reservation has a reservation of its own")
 		for _, job := range jobs {
-			require.NoError(t, q.finish(ctx, job.ID, job.lease))
+			require.NoError(t, q.finish(ctx, job.ID, job.reservation))
 		}
 	})
 }
@@ -311,7 +311,7 @@ func TestPopsOfManyJobsStayWithinAScriptsLimits(t *testing.T) {
 		st, err := q.Stats(ctx, "t")
 		require.NoError(t, err)
 		assert.Equal(t, n-taken, st.Ready, "every ID not reserved is still in the ready list")
-		assert.Equal(t, taken, st.Scheduled, "every job reserved waits for its lease deadline")
+		assert.Equal(t, taken, st.Scheduled, "every job reserved waits for its reservation deadline")
 	})
 }
 
@@ -354,7 +354,7 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// the reply is lost.
 		call := func() *redis.Cmd {
 			return scriptReserve.Run(ctx, be.client,
-				[]string{bk.ready("t"), bk.pool, bk.zset, bk.leases, bk.record("call-1")},
+				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1")},
 				bk.wake, q.pub, staleSkips, "t", 2, 60_000)
 		}
 		first, _, err := reserveResult(call())
@@ -373,8 +373,8 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		assert.Equal(t, StateReady, rest.State, "the second run reserved nothing more")
 
 		// Once the first job is finished, a late run answers with what
-		// the first run reserved and is still held under its leases.
-		require.NoError(t, q.finish(ctx, first[0].ID, first[0].lease))
+		// the first run reserved and is still held under its reservations.
+		require.NoError(t, q.finish(ctx, first[0].ID, first[0].reservation))
 		late, _, err := reserveResult(call())
 		require.NoError(t, err)
 		assert.Equal(t, first[1:], late)

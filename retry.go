@@ -74,7 +74,7 @@ func errorText(cause error) string {
 // Retry tells the queue that a popped job failed with cause: it is delivered
 // again after the queue's backoff for its attempt (WithBackoff), or goes to
 // its topic's dead letters when it has had MaxAttempts deliveries. cause
-// becomes the job's LastError. Retry returns ErrLeaseLost when job's
+// becomes the job's LastError. Retry returns ErrReservationLost when job's
 // reservation is gone (it ran out and the job went back to ready or to
 // another consumer) and ErrNotFound when the job was removed; then nothing
 // changes.
@@ -114,21 +114,21 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptRetry,
 		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics},
-		job.ID, job.lease, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub,
+		job.ID, job.reservation, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub,
 	).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)
 	}
-	if err := leaseResult(job.ID, res); err != nil {
+	if err := reservationResult(job.ID, res); err != nil {
 		return err
 	}
-	q.held.settled(job.ID, job.lease)
+	q.held.settled(job.ID, job.reservation)
 	return nil
 }
 
 // Touch extends a popped job's reservation to its full TTR from now, for
 // work that takes longer than expected, and updates job.ReservedUntil. It
-// returns ErrLeaseLost when job's reservation is gone and ErrNotFound when
+// returns ErrReservationLost when job's reservation is gone and ErrNotFound when
 // the job was removed. Consume does this by itself for the jobs it runs.
 func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 	if q.closed.Load() {
@@ -139,12 +139,12 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 	}
 	sent := time.Now()
 	if err := q.extend(ctx, []*Job{job})[0]; err != nil {
-		if !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, ErrReservationLost) && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("delayqueue: touch %q: %w", job.ID, err)
 		}
 		return err
 	}
-	q.held.extend(job.ID, job.lease, sent.Add(job.TTR))
+	q.held.extend(job.ID, job.reservation, sent.Add(job.TTR))
 	return nil
 }
 
@@ -154,7 +154,7 @@ const maxTouch = 256
 // extend extends the reservations of popped jobs, each to its TTR from now,
 // with one script call per bucket (and per 256 jobs), all in one pipeline,
 // and updates their ReservedUntil. It returns, per job, nil or why its
-// reservation could not be extended: ErrLeaseLost, ErrNotFound, or the
+// reservation could not be extended: ErrReservationLost, ErrNotFound, or the
 // Redis error of its bucket's call, after which nothing is known of it. It
 // works on a closed queue, for Consume's handlers that outlive Close.
 func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
@@ -169,7 +169,7 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 		bk := q.keys.bucket(bucket(chunk[0]))
 		args := make([]any, 0, 2*len(chunk))
 		for _, i := range chunk {
-			args = append(args, jobs[i].ID, jobs[i].lease)
+			args = append(args, jobs[i].ID, jobs[i].reservation)
 		}
 		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args,
 			settles: true, bucket: bucket(chunk[0])}
@@ -194,7 +194,7 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 			case 0:
 				errs[i] = fmt.Errorf("%w: %q", ErrNotFound, job.ID)
 			case -1:
-				errs[i] = fmt.Errorf("%w: %q", ErrLeaseLost, job.ID)
+				errs[i] = fmt.Errorf("%w: %q", ErrReservationLost, job.ID)
 			default:
 				job.ReservedUntil = time.UnixMilli(res[k])
 			}
@@ -205,7 +205,7 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 
 // Release gives a popped job back to its ready list at once, for another
 // consumer, without counting the attempt: for a consumer that stops before
-// it could work on the job. It returns ErrLeaseLost when job's reservation
+// it could work on the job. It returns ErrReservationLost when job's reservation
 // is gone and ErrNotFound when the job was removed.
 func (q *DelayQueue) Release(ctx context.Context, job *Job) error {
 	if q.closed.Load() {
@@ -222,49 +222,14 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 	}
 	bk := q.keys.bucket(b)
 	r, err := q.run(ctx, b, scriptRelease, []string{bk.pool, bk.zset, bk.readyPrefix},
-		job.ID, job.lease, bk.readyChannels, q.pub).Int64()
+		job.ID, job.reservation, bk.readyChannels, q.pub).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
 	}
-	if err := leaseResult(job.ID, []int64{r}); err != nil {
+	if err := reservationResult(job.ID, []int64{r}); err != nil {
 		return err
 	}
-	q.held.settled(job.ID, job.lease)
-	return nil
-}
-
-// Reschedule moves a delayed or ready job to a new due time: after delay
-// from now on the server's clock, or at runAt when it is not zero. It
-// returns ErrNotPending for a reserved or dead job, ErrNotFound when no
-// such job exists, and ErrInvalidJob for a negative delay or a runAt past
-// August 10889.
-func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
-	b, err := q.openBucketOfID(id)
-	if err != nil {
-		return err
-	}
-	if delay < 0 {
-		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
-	}
-	delayMs, dueMs := ceilMs(delay), int64(0)
-	if !runAt.IsZero() {
-		if dueMs, err = runAtMs(runAt); err != nil {
-			return err
-		}
-		delayMs = -1
-	}
-	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
-		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
-	if err != nil {
-		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
-	}
-	switch res[0] {
-	case 0:
-		return fmt.Errorf("%w: %q", ErrNotFound, id)
-	case -1:
-		return fmt.Errorf("%w: %q", ErrNotPending, id)
-	}
+	q.held.settled(job.ID, job.reservation)
 	return nil
 }
 
@@ -273,21 +238,21 @@ func reservedBucket(job *Job, buckets int) (int, error) {
 	if job == nil {
 		return 0, fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
-	if job.lease == 0 {
+	if job.reservation == 0 {
 		return 0, fmt.Errorf("%w: job %q was not returned by Pop", ErrInvalidJob, job.ID)
 	}
 	return bucketOfID(job.ID, buckets)
 }
 
-// leaseResult reads the status that the lease-checked scripts return first.
-func leaseResult(id string, res []int64) error {
+// reservationResult reads the status that the reservation-checked scripts return first.
+func reservationResult(id string, res []int64) error {
 	switch {
 	case len(res) == 0:
 		return fmt.Errorf("delayqueue: job %q: empty reply", id)
 	case res[0] == 0:
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	case res[0] == -1:
-		return fmt.Errorf("%w: %q", ErrLeaseLost, id)
+		return fmt.Errorf("%w: %q", ErrReservationLost, id)
 	}
 	return nil
 }

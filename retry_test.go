@@ -81,23 +81,23 @@ func TestStaleConsumerCannotRetryTouchOrFinish(t *testing.T) {
 		pushed(t, q, &Job{Topic: "t", TTR: 100 * time.Millisecond})
 		stale, err := q.Pop(ctx, "t", time.Minute)
 		require.NoError(t, err)
-		// The lease runs out and another consumer gets the job.
+		// The reservation runs out and another consumer gets the job.
 		current, err := q.Pop(ctx, "t", time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, stale.ID, current.ID)
 		require.NoError(t, q.Touch(ctx, current), "the current holder keeps it")
 
-		assert.ErrorIs(t, q.Retry(ctx, stale, errors.New("late")), ErrLeaseLost)
-		assert.ErrorIs(t, q.Touch(ctx, stale), ErrLeaseLost)
-		assert.ErrorIs(t, q.Release(ctx, stale), ErrLeaseLost)
-		assert.ErrorIs(t, q.finish(ctx, stale.ID, stale.lease), ErrLeaseLost)
+		assert.ErrorIs(t, q.Retry(ctx, stale, errors.New("late")), ErrReservationLost)
+		assert.ErrorIs(t, q.Touch(ctx, stale), ErrReservationLost)
+		assert.ErrorIs(t, q.Release(ctx, stale), ErrReservationLost)
+		assert.ErrorIs(t, q.finish(ctx, stale.ID, stale.reservation), ErrReservationLost)
 		got, err := q.Get(ctx, current.ID)
 		require.NoError(t, err)
 		assert.Equal(t, StateReserved, got.State, "the stale consumer changed nothing")
 		assert.Equal(t, 2, got.Attempts)
 		assert.Contains(t, got.LastError, "reservation ran out", "the lapse is recorded")
 
-		require.NoError(t, q.finish(ctx, current.ID, current.lease))
+		require.NoError(t, q.finish(ctx, current.ID, current.reservation))
 		assert.ErrorIs(t, q.Retry(ctx, current, nil), ErrNotFound, "a finished job stays finished")
 		assert.ErrorIs(t, q.Touch(ctx, stale), ErrNotFound)
 		_, err = q.Get(ctx, current.ID)
@@ -250,10 +250,10 @@ func TestAReusedIDNeverSharesALease(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "x", current.ID)
 
-		assert.ErrorIs(t, q.Release(ctx, old), ErrLeaseLost, "the first job's consumer holds nothing of the second")
-		assert.ErrorIs(t, q.Retry(ctx, old, nil), ErrLeaseLost)
-		assert.ErrorIs(t, q.finish(ctx, old.ID, old.lease), ErrLeaseLost)
-		require.NoError(t, q.finish(ctx, current.ID, current.lease))
+		assert.ErrorIs(t, q.Release(ctx, old), ErrReservationLost, "the first job's consumer holds nothing of the second")
+		assert.ErrorIs(t, q.Retry(ctx, old, nil), ErrReservationLost)
+		assert.ErrorIs(t, q.finish(ctx, old.ID, old.reservation), ErrReservationLost)
+		require.NoError(t, q.finish(ctx, current.ID, current.reservation))
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/batch"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -139,10 +140,10 @@ type scriptCall struct {
 
 // run runs a script by SHA over keys of bucket b. Concurrent calls share
 // round trips: while one is in flight, the calls that follow wait and then
-// go together in one pipeline (see coalescer).
+// go together in one pipeline (see callLanes).
 func (q *DelayQueue) run(ctx context.Context, b int, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	c := &scriptCall{script: s, keys: keys, args: args, bucket: b, settles: s == scriptRetry || s == scriptRelease}
-	if err := lane(q.calls, b).do(ctx, c); c.cmd == nil {
+	if err := q.calls.For(b).Do(ctx, c); c.cmd == nil {
 		// ctx ended while the call waited its turn: it was never sent.
 		c.cmd = redis.NewCmd(ctx)
 		c.cmd.SetErr(err)
@@ -150,15 +151,20 @@ func (q *DelayQueue) run(ctx context.Context, b int, s *redis.Script, keys []str
 	return c.cmd
 }
 
+// callLanes coalesce the other script calls into pipelines, two in flight.
+func (q *DelayQueue) callLanes(n int) batch.Lanes[*scriptCall] {
+	return batch.NewLanes(n, maxPipelinedCalls, 2, q.flushCalls)
+}
+
 // flushCalls sends a batch of coalesced script calls.
-func (q *DelayQueue) flushCalls(ctx context.Context, batch []*request[*scriptCall]) {
-	calls := make([]*scriptCall, len(batch))
-	for i, r := range batch {
-		calls[i] = r.in
+func (q *DelayQueue) flushCalls(ctx context.Context, reqs []*batch.Request[*scriptCall]) {
+	calls := make([]*scriptCall, len(reqs))
+	for i, r := range reqs {
+		calls[i] = r.In
 	}
 	q.sendCalls(ctx, calls)
-	for _, r := range batch {
-		r.err = r.in.cmd.Err()
+	for _, r := range reqs {
+		r.Err = r.In.cmd.Err()
 	}
 }
 
@@ -283,3 +289,6 @@ func (q *DelayQueue) noteError(ctx context.Context, err error) {
 		cc.ReloadState(ctx) // in the background, at most every 200ms
 	}
 }
+
+// maxPipelinedCalls bounds how many script calls go in one pipeline.
+const maxPipelinedCalls = 256

@@ -102,7 +102,7 @@ func globalsOf(p *lua.FunctionProto) []string {
 
 // TestRestateRewritesTheHeaderAndKeepsTheRest runs job.lua's restate on
 // Redis's Lua and miniredis's, and checks its output byte by byte against
-// the header's layout: the state bits, attempts (capped), at_ms and lease
+// the header's layout: the state bits, attempts (capped), at_ms and reservation
 // change as asked, every other byte stays.
 func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
 	prelude, err := scriptFiles.ReadFile("scripts/job.lua")
@@ -119,9 +119,9 @@ func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
 		"last error":  withError,
 	}
 	type change struct {
-		state           State
-		at              int64
-		attempts, lease int64 // -1: unchanged
+		state                 State
+		at                    int64
+		attempts, reservation int64 // -1: unchanged
 	}
 	changes := []change{
 		{StateReady, 1700000000123, -1, -1},
@@ -142,8 +142,8 @@ func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
 			copy(b, buf[2:])
 		}
 		put48(out[9:15], c.at)
-		if c.lease >= 0 {
-			put48(out[15:21], c.lease)
+		if c.reservation >= 0 {
+			put48(out[15:21], c.reservation)
 		}
 		return out
 	}
@@ -167,7 +167,7 @@ func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
 			for name, v := range jobs {
 				for _, c := range changes {
 					got, err := script.Run(context.Background(), client, nil,
-						v, int(c.state), c.at, arg(c.attempts), arg(c.lease)).Text()
+						v, int(c.state), c.at, arg(c.attempts), arg(c.reservation)).Text()
 					require.NoError(t, err)
 					assert.Equal(t, want(v, c), []byte(got), "%s, %+v", name, c)
 					_, err = decodeJob("x", []byte(got))

@@ -12,7 +12,7 @@ type Stats struct {
 	// Jobs is every job in the queue, of every topic and state.
 	Jobs int
 	// Scheduled is the delayed and reserved jobs of every topic: those
-	// waiting in the buckets for a due time or a lease deadline.
+	// waiting in the buckets for a due time or a reservation deadline.
 	Scheduled int
 	// Ready is the length of the topic's ready lists. The ID of a ready job
 	// removed or rescheduled counts until a consumer drops it.

@@ -1,12 +1,12 @@
 -- finish.lua: delete reserved jobs: their work is done.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset  KEYS[4..] records
 -- of answered reserve calls, to delete
--- ARGV two values per job: job id, and the lease the caller holds or "" for
+-- ARGV two values per job: job id, and the reservation the caller holds or "" for
 -- any reservation
 -- returns one integer per job: 1 finished, 0 no such job, -1 the job is not
--- reserved, -2 the caller's lease is gone (the job is not reserved under it)
+-- reserved, -2 the caller's reservation is gone (the job is not reserved under it)
 -- Running it twice finishes once; the second run finds no job. A consumer
--- whose lease ran out can never bring a job back: the job is deleted or left
+-- whose reservation ran out can never bring a job back: the job is deleted or left
 -- as it is. An ID given twice is finished by the first of its entries.
 
 local pool, bucket, dedup = KEYS[1], KEYS[2], KEYS[3]
@@ -17,13 +17,13 @@ end
 local vs = redis.call('HMGET', pool, unpack(ids))
 local out, done = {}, {}
 for i, id in ipairs(ids) do
-  local lease, v = ARGV[2 * i], vs[i]
+  local reservation, v = ARGV[2 * i], vs[i]
   if not v or done[id] then
     out[i] = 0
   else
-    -- Only the header matters here: the state and the lease.
+    -- Only the header matters here: the state and the reservation.
     local state = byte(v, 1) % 8
-    if lease ~= '' and (state ~= RESERVED or read48(v, LEASE) ~= tonumber(lease)) then
+    if reservation ~= '' and (state ~= RESERVED or read48(v, RESERVATION) ~= tonumber(reservation)) then
       out[i] = -2
     elseif state ~= RESERVED then
       out[i] = -1

@@ -11,15 +11,15 @@
 --   offset  3  2 bytes  max attempts
 --   offset  5  4 bytes  ttr_ms
 --   offset  9  6 bytes  at_ms
---   offset 15  6 bytes  lease
+--   offset 15  6 bytes  reservation
 --   offset 21  1 byte   topic length
 --   [2 bytes  last error length, when bit 3 is set]
 --   [4 bytes  dedup window ms, when bit 4 is set]
 --   [4 bytes  push nonce, when bit 5 is set]
 --   topic, last error, body (the rest: any bytes)
--- lease counts reservations: a consumer proves it still holds the job by the
--- lease it was given.
--- at_ms is the lease deadline of a reserved job (its score in its bucket),
+-- reservation counts reservations: a consumer proves it still holds the job by the
+-- reservation it was given.
+-- at_ms is the reservation deadline of a reserved job (its score in its bucket),
 -- and the time a ready or dead job became so. A delayed job's due time is
 -- its score in its bucket; its at_ms is not read (push.lua leaves it 0 for a
 -- job pushed with a delay, sparing a copy of the job).
@@ -57,7 +57,7 @@ local function u48(n)
 end
 
 -- Positions (from 1, as Lua counts) of the 6-byte fields.
-local AT, LEASE = 10, 16
+local AT, RESERVATION = 10, 16
 
 -- read48 reads the 6-byte number at position from of an encoded job.
 local function read48(v, from)
@@ -115,14 +115,14 @@ local function bytes48(n)
 end
 
 -- restate returns an encoded job in a new state with a new at_ms and,
--- when given, new attempts and lease, the rest of it as it was: a copy of
+-- when given, new attempts and reservation, the rest of it as it was: a copy of
 -- the job with a new header, not a decode and encode of its fields. The
 -- one place besides encode that writes the header. It runs for every job
 -- a script moves or reserves, so it makes two strings, the new head and
 -- the old rest, and joins them: every string Lua makes is hashed and
 -- collected (this way costs Redis about a third less than joining a
 -- string per field).
-local function restate(v, state, at_ms, attempts, lease)
+local function restate(v, state, at_ms, attempts, reservation)
   local flags, a1, a2, m1, m2, t1, t2, t3, t4 = byte(v, 1, 9)
   if attempts then
     attempts = math.min(attempts, 65535)
@@ -130,13 +130,13 @@ local function restate(v, state, at_ms, attempts, lease)
     a1 = (attempts - a2) / 256
   end
   local x1, x2, x3, x4, x5, x6 = bytes48(at_ms)
-  if lease then
-    local l1, l2, l3, l4, l5, l6 = bytes48(lease)
+  if reservation then
+    local l1, l2, l3, l4, l5, l6 = bytes48(reservation)
     return char(flags - flags % 8 + state, a1, a2, m1, m2, t1, t2, t3, t4,
       x1, x2, x3, x4, x5, x6, l1, l2, l3, l4, l5, l6) .. sub(v, HEADER)
   end
   return char(flags - flags % 8 + state, a1, a2, m1, m2, t1, t2, t3, t4,
-    x1, x2, x3, x4, x5, x6) .. sub(v, LEASE)
+    x1, x2, x3, x4, x5, x6) .. sub(v, RESERVATION)
 end
 
 -- in_chunks runs a variadic command over values, a slice at a time: Lua
@@ -185,7 +185,7 @@ local function decode(v)
     max = m1 * 256 + m2,
     ttr = ((r1 * 256 + r2) * 256 + r3) * 256 + r4,
     at = read48(v, AT),
-    lease = read48(v, LEASE),
+    reservation = read48(v, RESERVATION),
     window = window,
     nonce = nonce,
     topic = sub(v, pos, pos + tlen - 1),
@@ -207,7 +207,7 @@ local function encode(j)
     flags, nonce = flags + HAS_NONCE, j.nonce
   end
   return char(flags) .. u16(math.min(j.attempts, 65535)) .. u16(j.max) .. u32(j.ttr) ..
-    u48(math.max(j.at, 0)) .. u48(j.lease) .. char(#j.topic) .. elen .. window .. nonce ..
+    u48(math.max(j.at, 0)) .. u48(j.reservation) .. char(#j.topic) .. elen .. window .. nonce ..
     j.topic .. err .. j.body
 end
 
@@ -346,15 +346,15 @@ local function dead_gone(dead, dead_topics, topic)
   end
 end
 
--- held returns the job with id when it is reserved under lease; otherwise
--- nil and a status: 0 no such job, -1 the lease is gone.
-local function held(pool, id, lease)
+-- held returns the job with id when it is reserved under reservation; otherwise
+-- nil and a status: 0 no such job, -1 the reservation is gone.
+local function held(pool, id, reservation)
   local v = redis.call('HGET', pool, id)
   if not v then
     return nil, 0
   end
   local job = decode(v)
-  if job.state ~= RESERVED or job.lease ~= lease then
+  if job.state ~= RESERVED or job.reservation ~= reservation then
     return nil, -1
   end
   return job

@@ -4,7 +4,7 @@
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
 -- ARGV[4..] four values per job:
 --   id, delay_ms ("" when the job's at_ms holds its due time), the job
---   encoded as a delayed job (job.lua), with no attempts, lease or error,
+--   encoded as a delayed job (job.lua), with no attempts, reservation or error,
 --   and at_ms 0 when a delay is given, and 1 when the queue generated the
 --   id (0 for a caller's id); a job of a generated id carries a push nonce
 -- returns one integer per job: 1 created, 0 a caller's id existed already

@@ -2,14 +2,14 @@
 -- consumer that stops does; the attempt does not count.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- KEYS[4..] records of answered reserve calls, to delete
--- ARGV[1] job id  ARGV[2] lease  ARGV[3] ready channel prefix  ARGV[4] publish command
--- returns 1 released, 0 no such job, -1 the caller's lease is gone
--- Running it twice releases once: the second run finds the lease gone.
+-- ARGV[1] job id  ARGV[2] reservation  ARGV[3] ready channel prefix  ARGV[4] publish command
+-- returns 1 released, 0 no such job, -1 the caller's reservation is gone
+-- Running it twice releases once: the second run finds the reservation gone.
 
 local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
 forget_records(4)
-local id, lease = ARGV[1], tonumber(ARGV[2])
-local job, status = held(pool, id, lease)
+local id, reservation = ARGV[1], tonumber(ARGV[2])
+local job, status = held(pool, id, reservation)
 if not job then
   return status
 end

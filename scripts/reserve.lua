@@ -1,6 +1,6 @@
 -- reserve.lua: pop up to a count of ready jobs of a topic from one bucket and
 -- reserve them.
--- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] lease counter
+-- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
 -- KEYS[5] this call's record (a key of the caller's choosing, new for every
 -- call)  KEYS[6..] records of answered reserve calls, to delete
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
@@ -14,10 +14,10 @@
 -- job that left the ready state without leaving the list. So is an ID met
 -- twice: its first entry is reserved.
 -- Each reservation takes a new number from the bucket's counter as its
--- lease, so no two reservations of one ID, even of a job removed and pushed
--- again, ever share a lease.
+-- reservation, so no two reservations of one ID, even of a job removed and pushed
+-- again, ever share a reservation.
 -- The reservation lasts the job's TTR: the job waits in the bucket, scored by
--- its lease deadline, and is moved back to ready if not finished by then.
+-- its reservation deadline, and is moved back to ready if not finished by then.
 -- Running it twice returns the same jobs: a call that reserves jobs records
 -- what it reserved under KEYS[5] before it changes anything, and a second
 -- run of the call (go-redis re-sends it when the reply was lost) answers
@@ -26,7 +26,7 @@
 -- deleted once it has the reply (by a later reserve or finish call); it
 -- expires in any case.
 
-local ready, pool, bucket, leases, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ready, pool, bucket, reservations, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 forget_records(6)
 
@@ -36,7 +36,7 @@ local want = math.min(tonumber(ARGV[5]), 1000)
 local keep = tonumber(ARGV[6])
 
 -- replay answers a second run from the record ("status\nlease\nid\nid..."):
--- the jobs the first run reserved, those still reserved under its leases.
+-- the jobs the first run reserved, those still reserved under its reservations.
 local function replay(rec)
   local fields = {}
   for f in string.gmatch(rec, '[^\n]+') do
@@ -47,7 +47,7 @@ local function replay(rec)
   for i = 3, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
-    if v and byte(v, 1) % 8 == RESERVED and read48(v, LEASE) == base + i - 2 then
+    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 2 then
       out[#out + 1] = id
       out[#out + 1] = v
     end
@@ -96,10 +96,10 @@ if #found == 0 then
   return {status}
 end
 
-local lease = redis.call('INCRBY', leases, #found) - #found
-local rec = status .. '\n' .. string.format('%d', lease) .. '\n' .. table.concat(found, '\n')
+local reservation = redis.call('INCRBY', reservations, #found) - #found
+local rec = status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
 if not redis.call('SET', record, rec, 'NX', 'PX', keep) then
-  return replay(redis.call('GET', record)) -- the leases just taken go unused
+  return replay(redis.call('GET', record)) -- the reservations just taken go unused
 end
 
 local now = now_us()
@@ -107,11 +107,11 @@ local now_ms = floor(now / 1000)
 local out, fields, scores, first = {status}, {}, {}, nil
 for i, id in ipairs(found) do
   -- A copy of the job with a new header: reserved, one more attempt, a
-  -- lease of its own, until its TTR from now.
+  -- reservation of its own, until its TTR from now.
   local v = jobs[i]
   local t1, t2 = byte(v, 2, 3)
   local at = now_ms + u32at(v, 6)
-  local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, lease + i)
+  local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, reservation + i)
   fields[2 * i - 1], fields[2 * i] = id, enc
   scores[2 * i - 1], scores[2 * i] = at, id
   out[2 * i], out[2 * i + 1] = id, enc

@@ -3,18 +3,18 @@
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6..] records
 -- of answered reserve calls, to delete
--- ARGV[1] job id  ARGV[2] lease  ARGV[3] delay ms  ARGV[4] error text
+-- ARGV[1] job id  ARGV[2] reservation  ARGV[3] delay ms  ARGV[4] error text
 -- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] publish command
 -- returns {1, due_ms} delayed, {2} dead, {0} no such job,
--- {-1} the caller's lease is gone (the job is not reserved under it)
--- Running it twice retries once: the second run finds the lease gone.
+-- {-1} the caller's reservation is gone (the job is not reserved under it)
+-- Running it twice retries once: the second run finds the reservation gone.
 
 local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local id, lease, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local id, reservation, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 forget_records(6)
 local wake, ready_channel, pub = ARGV[5], ARGV[6], ARGV[7]
 
-local job, status = held(pool, id, lease)
+local job, status = held(pool, id, reservation)
 if not job then
   return {status}
 end

@@ -2,9 +2,9 @@
 -- runs its job's TTR from now.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3..] records of answered
 -- reserve calls, to delete
--- ARGV two values per job: job id, and the lease the caller holds
--- returns one integer per job: the new lease deadline ms, 0 no such job,
--- -1 the caller's lease is gone
+-- ARGV two values per job: job id, and the reservation the caller holds
+-- returns one integer per job: the new reservation deadline ms, 0 no such job,
+-- -1 the caller's reservation is gone
 -- A deadline only moves later, so the bucket's handler needs no wake-up.
 -- Running it twice extends from the second run's time.
 
@@ -23,7 +23,7 @@ for i, id in ipairs(ids) do
     out[i] = 0
   else
     local job = decode(v)
-    if job.state ~= RESERVED or job.lease ~= tonumber(ARGV[2 * i]) then
+    if job.state ~= RESERVED or job.reservation ~= tonumber(ARGV[2 * i]) then
       out[i] = -1
     else
       job.at = now_ms + job.ttr

@@ -1,0 +1,159 @@
+// Package batch sends concurrent requests together (group commit): while a
+// lane's batches are in flight, later callers queue up, and when one
+// returns, the first of them sends everything queued as the next batch. A
+// lone caller sends at once and pays nothing for it; under load, many
+// callers share one round trip. The package knows nothing of what a
+// request is: the flush function given to a lane sends a batch and sets
+// each request's Err.
+package batch
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// A Lane coalesces the requests of its callers into batches.
+type Lane[T any] struct {
+	max      int // requests per batch
+	inflight int // batches in flight at most
+	flush    func(ctx context.Context, batch []*Request[T])
+
+	mu    sync.Mutex // guards the fields below
+	busy  int        // batches in flight
+	queue []*Request[T]
+}
+
+// NewLane makes a lane that sends batches of up to max requests, with up
+// to inflight of them in flight (at least one). With two, the server works
+// on one while the client reads the other's replies and gathers the next,
+// which keeps a lone caller's requests flowing; with one, more callers wait
+// behind the batch in flight and go together, so a busy client sends fewer,
+// larger batches. flush sends a batch and sets every request's Err.
+func NewLane[T any](max, inflight int, flush func(context.Context, []*Request[T])) *Lane[T] {
+	return &Lane[T]{max: max, inflight: inflight, flush: flush}
+}
+
+// Lanes are independent lanes, so that a stalled destination holds up only
+// the requests to its own lane.
+type Lanes[T any] []*Lane[T]
+
+// NewLanes makes n lanes, each as NewLane makes it.
+func NewLanes[T any](n, max, inflight int, flush func(context.Context, []*Request[T])) Lanes[T] {
+	lanes := make(Lanes[T], n)
+	for i := range lanes {
+		lanes[i] = NewLane(max, inflight, flush)
+	}
+	return lanes
+}
+
+// For picks the lane of destination k: k modulo the number of lanes.
+func (l Lanes[T]) For(k int) *Lane[T] {
+	return l[k%len(l)]
+}
+
+// A Request is one caller's input, and the outcome flush gave it.
+type Request[T any] struct {
+	In  T
+	Err error
+
+	done chan struct{}      // closed once Err is set
+	lead chan []*Request[T] // hands this request the next batch to send
+}
+
+// Do sends in, alone or with others, and returns its outcome. A caller whose
+// ctx ends while it still waits in the queue returns ctx.Err(), and its
+// request is never sent; once sent, it waits for the outcome.
+func (c *Lane[T]) Do(ctx context.Context, in T) error {
+	r := &Request[T]{In: in}
+	c.mu.Lock()
+	if c.busy < max(c.inflight, 1) {
+		c.busy++
+		c.mu.Unlock()
+		return c.send(ctx, []*Request[T]{r})
+	}
+	r.done, r.lead = make(chan struct{}), make(chan []*Request[T], 1)
+	c.queue = append(c.queue, r)
+	c.mu.Unlock()
+	cancelled := ctx.Done()
+	for {
+		select {
+		case batch := <-r.lead:
+			return c.send(ctx, batch)
+		case <-r.done:
+			return r.Err
+		case <-cancelled:
+			if c.dequeue(r) {
+				return ctx.Err()
+			}
+			cancelled = nil // already sent: wait for the outcome
+		}
+	}
+}
+
+// dequeue takes r off the queue, and reports whether it was still there.
+func (c *Lane[T]) dequeue(r *Request[T]) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.queue, r)
+	if i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
+	}
+	return i >= 0
+}
+
+// send flushes batch, whose first request is the caller's, passes the queue
+// on to its first request, and returns the caller's outcome.
+func (c *Lane[T]) send(ctx context.Context, batch []*Request[T]) error {
+	if len(batch) > 1 {
+		// Others' requests ride on this call: the caller's cancellation
+		// must not cut them off (the client's timeouts still bound it).
+		ctx = context.WithoutCancel(ctx)
+	}
+	c.flush(ctx, batch)
+	c.mu.Lock()
+	n := min(len(c.queue), c.max)
+	next := c.queue[:n:n]
+	c.queue = c.queue[n:]
+	if len(c.queue) == 0 {
+		c.queue = nil
+	}
+	if n == 0 {
+		c.busy--
+	}
+	c.mu.Unlock()
+	for _, r := range batch[1:] {
+		close(r.done)
+	}
+	if n > 0 {
+		next[0].lead <- next
+	}
+	return batch[0].Err
+}
+
+// A Group is the requests of a batch that go together in one call.
+type Group[T any, K comparable] struct {
+	Key  K
+	Size int
+	Reqs []*Request[T]
+}
+
+// GroupBy splits a batch into groups by key, in order of first appearance,
+// and starts another group for a key when the next request would take its
+// group past limit in total size.
+func GroupBy[T any, K comparable](batch []*Request[T], key func(T) K, size func(T) int, limit int) []*Group[T, K] {
+	var groups []*Group[T, K]
+	open := map[K]*Group[T, K]{}
+	for _, r := range batch {
+		k, n := key(r.In), size(r.In)
+		g := open[k]
+		if g == nil || g.Size+n > limit {
+			g = &Group[T, K]{Key: k}
+			open[k] = g
+			groups = append(groups, g)
+		}
+		g.Size += n
+		g.Reqs = append(g.Reqs, r)
+	}
+	return groups
+}

@@ -1,0 +1,185 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// gate is a flush that records its batches and holds the first one until
+// released, so that other callers queue up behind it.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	held    chan struct{}
+	release chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gate) flush(_ context.Context, batch []*Request[int]) {
+	g.mu.Lock()
+	var ins []int
+	for _, r := range batch {
+		ins = append(ins, r.In)
+		if r.In < 0 {
+			r.Err = errors.New("refused")
+		}
+	}
+	g.batches = append(g.batches, ins)
+	first := len(g.batches) == 1
+	g.mu.Unlock()
+	if first {
+		close(g.held)
+		<-g.release
+	}
+}
+
+// queued waits until n requests wait behind the batch in flight.
+func queued[T any](t *testing.T, c *Lane[T], n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue) == n
+	}, 10*time.Second, time.Millisecond)
+}
+
+func TestLaneSendsQueuedCallsAsOneBatch(t *testing.T) {
+	g := newGate()
+	c := NewLane(100, 1, g.flush)
+	ctx := context.Background()
+	errs := make(chan error, 6)
+	go func() { errs <- c.Do(ctx, 0) }()
+	<-g.held
+	for _, in := range []int{1, 2, -3, 4, 5} {
+		go func() { errs <- c.Do(ctx, in) }()
+	}
+	queued(t, c, 5)
+	close(g.release)
+	failed := 0
+	for range 6 {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	assert.Equal(t, 1, failed, "only the refused request fails")
+	require.Len(t, g.batches, 2)
+	assert.Equal(t, []int{0}, g.batches[0])
+	assert.ElementsMatch(t, []int{1, 2, -3, 4, 5}, g.batches[1], "the queue went out in one batch")
+	assert.Zero(t, c.busy)
+}
+
+func TestLaneBoundsABatch(t *testing.T) {
+	g := newGate()
+	c := NewLane(2, 1, g.flush)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	do := func(in int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, c.Do(ctx, in))
+		}()
+	}
+	do(0)
+	<-g.held
+	for in := 1; in <= 5; in++ {
+		do(in)
+	}
+	queued(t, c, 5)
+	close(g.release)
+	wg.Wait()
+	var sizes []int
+	for _, b := range g.batches {
+		sizes = append(sizes, len(b))
+	}
+	assert.Equal(t, []int{1, 2, 2, 1}, sizes)
+}
+
+func TestLaneDropsACallCancelledWhileQueued(t *testing.T) {
+	g := newGate()
+	c := NewLane(100, 1, g.flush)
+	first := make(chan error, 1)
+	go func() { first <- c.Do(context.Background(), 0) }()
+	<-g.held
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- c.Do(ctx, 1) }()
+	queued(t, c, 1)
+	cancel()
+	assert.ErrorIs(t, <-cancelled, context.Canceled)
+	close(g.release)
+	require.NoError(t, <-first)
+	assert.Equal(t, [][]int{{0}}, g.batches, "the cancelled call was never sent")
+	assert.NoError(t, c.Do(context.Background(), 2), "the lane is free again")
+}
+
+func TestLaneKeepsUpToInflightBatchesInFlight(t *testing.T) {
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	release := make(chan struct{})
+	c := NewLane(100, 2, func(_ context.Context, batch []*Request[int]) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	})
+	ctx := context.Background()
+	errs := make(chan error, 5)
+	for in := range 5 {
+		go func() { errs <- c.Do(ctx, in) }()
+	}
+	queued(t, c, 3) // two batches in flight, three callers behind them
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == 2
+	}, 10*time.Second, time.Millisecond)
+	close(release)
+	for range 5 {
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, 2, most)
+}
+
+func TestLanesSpreadDestinationsByModulo(t *testing.T) {
+	lanes := NewLanes(3, 10, 1, func(context.Context, []*Request[int]) {})
+	require.Len(t, lanes, 3)
+	assert.Same(t, lanes[1], lanes.For(1))
+	assert.Same(t, lanes[1], lanes.For(4))
+	assert.NotSame(t, lanes.For(0), lanes.For(1))
+}
+
+func TestGroupByKeepsOrderAndSplitsAtTheLimit(t *testing.T) {
+	var batch []*Request[string]
+	for _, in := range []string{"a1", "b2", "a3", "a4", "b1"} {
+		batch = append(batch, &Request[string]{In: in})
+	}
+	groups := GroupBy(batch,
+		func(s string) byte { return s[0] },
+		func(s string) int { return int(s[1] - '0') }, 5)
+	var got [][]string
+	for _, g := range groups {
+		var ins []string
+		for _, r := range g.Reqs {
+			ins = append(ins, r.In)
+		}
+		got = append(got, ins)
+	}
+	// a1+a3 = 4 fits; a4 would make 8 > 5: a new group for "a". b2+b1 = 3.
+	assert.Equal(t, [][]string{{"a1", "a3"}, {"b2", "b1"}, {"a4"}}, got)
+	assert.Equal(t, []int{4, 3, 4}, []int{groups[0].Size, groups[1].Size, groups[2].Size})
+	assert.Equal(t, byte('a'), groups[2].Key)
+}
