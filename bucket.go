@@ -58,11 +58,7 @@ func (q *DelayQueue) pushLanes(n int) batch.Lanes[*pushArgs] {
 
 // flushPushes pushes a batch of concurrent Push calls, coalesced.
 func (q *DelayQueue) flushPushes(ctx context.Context, reqs []*batch.Request[*pushArgs]) {
-	jobs := make([]*pushArgs, len(reqs))
-	for i, r := range reqs {
-		jobs[i] = r.In
-	}
-	errs := q.pushBuckets(ctx, jobs)
+	errs := q.pushBuckets(ctx, batch.Inputs(reqs))
 	for _, r := range reqs {
 		r.Err = errs[r.In.bucket]
 	}

@@ -158,11 +158,7 @@ func (q *DelayQueue) callLanes(n int) batch.Lanes[*scriptCall] {
 
 // flushCalls sends a batch of coalesced script calls.
 func (q *DelayQueue) flushCalls(ctx context.Context, reqs []*batch.Request[*scriptCall]) {
-	calls := make([]*scriptCall, len(reqs))
-	for i, r := range reqs {
-		calls[i] = r.In
-	}
-	q.sendCalls(ctx, calls)
+	q.sendCalls(ctx, batch.Inputs(reqs))
 	for _, r := range reqs {
 		r.Err = r.In.cmd.Err()
 	}

@@ -131,6 +131,15 @@ func (c *Lane[T]) send(ctx context.Context, batch []*Request[T]) error {
 	return batch[0].Err
 }
 
+// Inputs returns the inputs of a batch's requests, in order.
+func Inputs[T any](reqs []*Request[T]) []T {
+	ins := make([]T, len(reqs))
+	for i, r := range reqs {
+		ins[i] = r.In
+	}
+	return ins
+}
+
 // A Group is the requests of a batch that go together in one call.
 type Group[T any, K comparable] struct {
 	Key  K

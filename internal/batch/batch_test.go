@@ -183,3 +183,9 @@ func TestGroupByKeepsOrderAndSplitsAtTheLimit(t *testing.T) {
 	assert.Equal(t, []int{4, 3, 4}, []int{groups[0].Size, groups[1].Size, groups[2].Size})
 	assert.Equal(t, byte('a'), groups[2].Key)
 }
+
+func TestInputsKeepsTheOrder(t *testing.T) {
+	reqs := []*Request[string]{{In: "a"}, {In: "b"}, {In: "c"}}
+	assert.Equal(t, []string{"a", "b", "c"}, Inputs(reqs))
+	assert.Empty(t, Inputs[string](nil))
+}
