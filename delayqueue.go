@@ -150,8 +150,10 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	handlers := make([]*bucketHandler, q.opts.buckets)
+	wakers := make([]bucketWaker, q.opts.buckets)
 	for b := range handlers {
 		handlers[b] = newBucketHandler(q, b)
+		wakers[b] = handlers[b]
 	}
 	notes := q.notifierLocked(ctx)
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -175,7 +177,7 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 	// look at their buckets at once; the confirmation of their wake-up
 	// channels makes them look again, so a push in between is not missed.
 	q.warnEviction(ctx)
-	if err := notes.listenForHandlers(handlers); err != nil && !errors.Is(err, ErrClosed) {
+	if err := notes.listenForHandlers(wakers); err != nil && !errors.Is(err, ErrClosed) {
 		return err
 	}
 	return nil
@@ -253,10 +255,22 @@ func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc
 // use. q.mu must be held.
 func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
 	if q.notes == nil {
-		q.notes = newNotifier(ctx, q)
+		q.notes = newNotifier(ctx, notifierEnv{
+			client:       q.client,
+			sharded:      q.pub == "SPUBLISH",
+			buckets:      q.opts.buckets,
+			poll:         q.opts.poll,
+			logger:       q.opts.logger,
+			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
+			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
+			slotMoved:    func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
+		})
 	}
 	return q.notes
 }
+
+// errSlotMoved stands for Redis dropping a sharded subscription.
+var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot moved")
 
 func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
 	q.mu.Lock()

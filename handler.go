@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -40,6 +41,15 @@ type wakeKey struct{ mark, topic string }
 // maxWoke bounds the wake-ups a bucket handler remembers: far more than can be on
 // their way at once.
 const maxWoke = 256
+
+// wokeFromReply reports whether a ready notification of topic, marked by the
+// move that sent it, comes from this handler's own move, whose reply woke
+// this process's consumers already (see step). The first of the two to come,
+// reply or notification, wakes them.
+func (h *bucketHandler) wokeFromReply(mark, topic string) bool {
+	token, _, _ := strings.Cut(mark, ":")
+	return token == h.token && !h.claimWake(mark, topic)
+}
 
 // claimWake reports whether the consumers of topic in this process are
 // still to be woken for the move marked mark, and records that they are.

@@ -2,10 +2,8 @@ package delayqueue
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +28,7 @@ import (
 // bucket's new master. No lock of the notifier is held while it talks to
 // Redis.
 type notifier struct {
-	q       *DelayQueue
+	env     notifierEnv
 	sharded bool
 	ctx     context.Context // ends at close; for re-subscribing in the background
 	cancel  context.CancelFunc
@@ -42,9 +40,36 @@ type notifier struct {
 	routes   map[string]route      // channel -> what it carries
 	topics   map[string]*topicWatch
 	watched  map[string]bool // topics whose subscription was sent
-	handlers []*bucketHandler
+	handlers []bucketWaker   // by bucket; nil where this process does not move
 	dropped  []*subscription // replaced after a slot move; their readers may still run
 	closed   bool
+}
+
+// notifierEnv is all the notifier takes from the queue: the client, the
+// channel names and the settings it reads.
+type notifierEnv struct {
+	client       redis.UniversalClient
+	sharded      bool // SSUBSCRIBE, one connection per bucket (Redis Cluster)
+	buckets      int
+	poll         time.Duration // the safety poll: pub/sub health checks no rarer
+	logger       *slog.Logger
+	wakeChannel  func(b int) string
+	readyChannel func(b int, topic string) string
+	// slotMoved has the client learn a slot's new owner.
+	slotMoved func(ctx context.Context)
+}
+
+// A bucketWaker is what the notifier wakes on a bucket's wake channel:
+// this process's bucket handler.
+type bucketWaker interface {
+	// wake asks for a look after delay: a job became due then.
+	wake(delay time.Duration)
+	// leaseFreed says the bucket's lease was released.
+	leaseFreed()
+	// wokeFromReply reports whether a ready notification of topic, marked
+	// by the move that sent it, comes from this handler's own move, whose
+	// reply woke this process's consumers already.
+	wokeFromReply(mark, topic string) bool
 }
 
 // route is what a channel carries: the wake-ups of a bucket's handler, or
@@ -54,29 +79,12 @@ type route struct {
 	topic  string // empty for the wake channel
 }
 
-// subscription is one pub/sub connection and its reader goroutine.
-type subscription struct {
-	key       int // in notifier.subs
-	ps        *redis.PubSub
-	done      chan struct{}            // closed when the reader returns; nil until it runs
-	confirmed map[string]chan struct{} // closed at the channel's first confirmation
-	moved     bool                     // Redis dropped it: its slot went to another master
-	closing   sync.Once
-}
-
-// closePS closes the pub/sub connection once.
-func (sub *subscription) closePS() error {
-	var err error
-	sub.closing.Do(func() { err = sub.ps.Close() })
-	return err
-}
-
 // newNotifier makes the notifier; ctx carries values only, its end is
 // ignored: the notifier lives until close.
-func newNotifier(ctx context.Context, q *DelayQueue) *notifier {
+func newNotifier(ctx context.Context, env notifierEnv) *notifier {
 	n := &notifier{
-		q:       q,
-		sharded: q.pub == "SPUBLISH",
+		env:     env,
+		sharded: env.sharded,
 		subs:    map[int]*subscription{},
 		routes:  map[string]route{},
 		topics:  map[string]*topicWatch{},
@@ -86,114 +94,15 @@ func newNotifier(ctx context.Context, q *DelayQueue) *notifier {
 	return n
 }
 
-// subscribe has the subscriptions to the channels, which carry what routes
-// say, sent in the background, and returns at once. A subscription that
-// cannot be sent now is sent again by go-redis when its reader reconnects.
-// It returns the subscriptions of the channels, and ErrClosed after close.
-func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error) {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, ErrClosed
-	}
-	fresh := map[*subscription][]string{}
-	var subs []*subscription
-	for ch, r := range channels {
-		n.routes[ch] = r
-		key := 0
-		if n.sharded {
-			key = r.bucket
-		}
-		sub := n.subs[key]
-		if sub == nil {
-			// No round trip: go-redis connects at the first (S)SUBSCRIBE,
-			// to the node that owns that channel's slot.
-			sub = &subscription{key: key, confirmed: map[string]chan struct{}{}}
-			if n.sharded {
-				sub.ps = n.q.client.SSubscribe(n.ctx)
-			} else {
-				sub.ps = n.q.client.Subscribe(n.ctx)
-			}
-			n.subs[key] = sub
-		}
-		if _, ok := sub.confirmed[ch]; !ok {
-			sub.confirmed[ch] = make(chan struct{})
-			fresh[sub] = append(fresh[sub], ch)
-		}
-		if !slices.Contains(subs, sub) {
-			subs = append(subs, sub)
-		}
-	}
-	// Sent in the background: dialing and writing can take as long as the
-	// network makes them, and nobody waits for them.
-	n.sends.Add(len(fresh))
-	n.mu.Unlock()
-	for sub, chs := range fresh {
-		go func() {
-			defer n.sends.Done()
-			var err error
-			if n.sharded {
-				err = sub.ps.SSubscribe(n.ctx, chs...)
-			} else {
-				err = sub.ps.Subscribe(n.ctx, chs...)
-			}
-			if err != nil {
-				// go-redis has recorded the channels; its reader
-				// subscribes to them when it reconnects.
-				n.q.opts.logger.Debug("delayqueue: cannot subscribe yet; retrying in the background", attrError, err)
-			}
-			n.startReader(sub)
-		}()
-	}
-	return subs, nil
-}
-
-// startReader starts the subscription's reader goroutine, once. It runs
-// after the first (S)SUBSCRIBE, so that a Cluster connection goes to the
-// node of the channels, not to a random one.
-func (n *notifier) startReader(sub *subscription) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if sub.done != nil || n.closed {
-		return
-	}
-	sub.done = make(chan struct{})
-	msgs := sub.ps.ChannelWithSubscriptions(
-		redis.WithChannelSize(1024),
-		redis.WithChannelHealthCheckInterval(max(n.q.opts.poll, time.Second)),
-	)
-	go n.read(sub, msgs)
-}
-
-// confirmedAll waits until Redis has confirmed every channel of the
-// subscriptions, ctx ends, or a subscription is dropped.
-func (n *notifier) confirmedAll(ctx context.Context, subs []*subscription) error {
-	var wait []chan struct{}
-	n.mu.Lock()
-	for _, sub := range subs {
-		for _, c := range sub.confirmed {
-			wait = append(wait, c)
-		}
-	}
-	n.mu.Unlock()
-	for _, c := range wait {
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// listenForHandlers subscribes to every bucket's wake channel.
-func (n *notifier) listenForHandlers(hs []*bucketHandler) error {
+// listenForHandlers subscribes to every bucket's wake channel, for the
+// bucket handlers hs (by bucket).
+func (n *notifier) listenForHandlers(hs []bucketWaker) error {
 	n.mu.Lock()
 	n.handlers = hs
 	n.mu.Unlock()
 	channels := map[string]route{}
-	for b := range n.q.opts.buckets {
-		channels[n.q.keys.bucket(b).wake] = route{bucket: b}
+	for b := range n.env.buckets {
+		channels[n.env.wakeChannel(b)] = route{bucket: b}
 	}
 	_, err := n.subscribe(channels)
 	return err
@@ -211,8 +120,8 @@ func (n *notifier) watch(topic string) (*topicWatch, error) {
 		return w, nil
 	}
 	channels := map[string]route{}
-	for b := range n.q.opts.buckets {
-		channels[n.q.keys.bucket(b).readyChannel(topic)] = route{bucket: b, topic: topic}
+	for b := range n.env.buckets {
+		channels[n.env.readyChannel(b, topic)] = route{bucket: b, topic: topic}
 	}
 	if _, err := n.subscribe(channels); err != nil {
 		return nil, err
@@ -226,128 +135,17 @@ func (n *notifier) topicWatch(topic string) *topicWatch {
 	defer n.mu.Unlock()
 	w, ok := n.topics[topic]
 	if !ok {
-		w = newTopicWatch(n.q.opts.buckets)
+		w = newTopicWatch(n.env.buckets)
 		n.topics[topic] = w
 	}
 	return w
 }
 
-func (n *notifier) read(sub *subscription, msgs <-chan any) {
-	defer close(sub.done)
-	for msg := range msgs {
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				n.confirm(sub, m.Channel)
-			case "sunsubscribe": // never asked for: the slot moved away
-				n.moved(sub)
-			}
-		case *redis.Message:
-			n.dispatch(m.Channel, m.Payload, false)
-		}
-	}
-}
-
-// confirm marks channel subscribed, and has everyone listening on it look at
-// Redis again: whatever was published before, while it was not subscribed
-// (at first, or between a reconnect and go-redis subscribing again), is
-// lost.
-func (n *notifier) confirm(sub *subscription, channel string) {
-	n.mu.Lock()
-	if c := sub.confirmed[channel]; c != nil {
-		select {
-		case <-c:
-		default:
-			close(c)
-		}
-	}
-	n.mu.Unlock()
-	n.dispatch(channel, "", true)
-}
-
-// moved replaces a subscription that Redis dropped because its bucket's slot
-// went to another master: it subscribes again, on the new master, until
-// Redis confirms it there (which makes everyone behind it look again) or the
-// notifier closes.
-func (n *notifier) moved(sub *subscription) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed || sub.moved {
-		return
-	}
-	n.dropLocked(sub)
-	channels := map[string]route{}
-	for ch := range sub.confirmed {
-		channels[ch] = n.routes[ch]
-	}
-	n.moves.Add(1)
-	go func() {
-		defer n.moves.Done()
-		_ = sub.closePS()
-		for attempt := 1; n.ctx.Err() == nil; attempt++ {
-			n.q.noteError(n.ctx, errSlotMoved) // have go-redis learn the new owner
-			subs, err := n.subscribe(channels)
-			if err != nil {
-				return // closed
-			}
-			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
-			err = n.confirmedAll(ctx, subs)
-			cancel()
-			if err == nil {
-				return
-			}
-			// Not confirmed in time: still on the old master, say. Drop
-			// it and subscribe afresh.
-			n.mu.Lock()
-			for _, retry := range subs {
-				if !retry.moved {
-					n.dropLocked(retry)
-					for ch := range retry.confirmed { // a Pop may have added a topic meanwhile
-						channels[ch] = n.routes[ch]
-					}
-				}
-			}
-			n.mu.Unlock()
-			for _, retry := range subs {
-				_ = retry.closePS()
-			}
-			wait := time.NewTimer(retryBackoff(attempt))
-			select {
-			case <-wait.C:
-			case <-n.ctx.Done():
-				wait.Stop()
-			}
-		}
-	}()
-}
-
-// dropLocked takes a subscription out of use. Whoever still waits for one of
-// its channels to be confirmed goes on: the safety poll, and the look that
-// follows the new subscription, cover what it may miss.
-func (n *notifier) dropLocked(sub *subscription) {
-	sub.moved = true
-	if n.subs[sub.key] == sub {
-		delete(n.subs, sub.key)
-	}
-	n.dropped = append(n.dropped, sub)
-	for _, c := range sub.confirmed {
-		select {
-		case <-c:
-		default:
-			close(c)
-		}
-	}
-}
-
-// errSlotMoved stands for Redis dropping a sharded subscription.
-var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot moved")
-
 // dispatch delivers a wake-up; resync wakes everyone behind the channel.
 func (n *notifier) dispatch(channel, payload string, resync bool) {
 	n.mu.Lock()
 	r, ok := n.routes[channel]
-	var h *bucketHandler
+	var h bucketWaker
 	if r.bucket < len(n.handlers) {
 		h = n.handlers[r.bucket]
 	}
@@ -370,7 +168,7 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 		w.notify(r.bucket, math.MaxInt32)
 	default:
 		payload, mark, _ := strings.Cut(payload, ":")
-		if token, _, _ := strings.Cut(mark, ":"); h != nil && token == h.token && !h.claimWake(mark, r.topic) {
+		if h != nil && mark != "" && h.wokeFromReply(mark, r.topic) {
 			return // this process's handler woke its consumers from the move's reply
 		}
 		count, err := strconv.Atoi(payload)
@@ -381,35 +179,13 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	}
 }
 
-// close ends every subscription and waits for the reader goroutines.
-func (n *notifier) close(ctx context.Context) error {
+// wakeReady wakes this process's Pops of topic for count jobs that became
+// ready in bucket b, as a notification of them would.
+func (n *notifier) wakeReady(b int, topic string, count int) {
 	n.mu.Lock()
-	n.closed = true
+	w := n.topics[topic]
 	n.mu.Unlock()
-	n.cancel()
-	n.moves.Wait()
-	n.mu.Lock()
-	subs := slices.Clone(n.dropped)
-	for _, sub := range n.subs {
-		subs = append(subs, sub)
+	if w != nil {
+		w.notify(b, count)
 	}
-	n.mu.Unlock()
-	var errs []error
-	for _, sub := range subs {
-		if err := sub.closePS(); err != nil {
-			errs = append(errs, fmt.Errorf("delayqueue: close pub/sub: %w", err))
-		}
-	}
-	n.sends.Wait() // a closed connection ends a send
-	for _, sub := range subs {
-		if sub.done == nil {
-			continue
-		}
-		select {
-		case <-sub.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +168,160 @@ func TestAHandlerRemembersItsLatestWakeUps(t *testing.T) {
 	assert.Len(t, h.woke, maxWoke, "no more than maxWoke are kept")
 	assert.False(t, h.claimWake(strconv.Itoa(maxWoke), "t"), "the latest is remembered")
 	assert.True(t, h.claimWake("0", "t"), "the oldest is forgotten")
+}
+
+// fakeWaker records what the notifier asks of a bucket handler.
+type fakeWaker struct {
+	mu      sync.Mutex
+	wakes   []time.Duration
+	frees   int
+	ownMove string // a move mark whose notifications this handler woke for already
+}
+
+func (f *fakeWaker) wake(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wakes = append(f.wakes, d)
+}
+
+func (f *fakeWaker) leaseFreed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frees++
+}
+
+func (f *fakeWaker) wokeFromReply(mark, _ string) bool { return mark == f.ownMove }
+
+func (f *fakeWaker) seen() ([]time.Duration, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.wakes), f.frees
+}
+
+// testNotifier is a notifier of two buckets on client, with fake bucket
+// handlers, routes set up for topic "t" and nothing subscribed.
+func testNotifier(t *testing.T, client redis.UniversalClient) (*notifier, []*fakeWaker) {
+	n := newNotifier(context.Background(), notifierEnv{
+		client:       client,
+		buckets:      2,
+		poll:         time.Hour,
+		logger:       discard,
+		wakeChannel:  func(b int) string { return "wake." + strconv.Itoa(b) },
+		readyChannel: func(b int, topic string) string { return "ready." + strconv.Itoa(b) + "." + topic },
+		slotMoved:    func(context.Context) {},
+	})
+	t.Cleanup(func() { assert.NoError(t, n.close(context.Background())) })
+	fakes := []*fakeWaker{{}, {}}
+	return n, fakes
+}
+
+// readyCounts reads a watch's counts and versions.
+func readyCounts(w *topicWatch) ([]int, []uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.ready), slices.Clone(w.version)
+}
+
+func TestNotifierRoutesEachChannelToItsListener(t *testing.T) {
+	n, fakes := testNotifier(t, nil)
+	n.handlers = []bucketWaker{fakes[0], fakes[1]}
+	n.routes = map[string]route{"wake.0": {bucket: 0}, "wake.1": {bucket: 1}, "ready.1.t": {bucket: 1, topic: "t"}}
+	w := n.topicWatch("t")
+	w.ready[0], w.ready[1] = 0, 0
+
+	n.dispatch("wake.1", "1500", false)
+	n.dispatch("wake.1", "free", false)
+	n.dispatch("ready.1.t", "3", false)
+	n.dispatch("ready.1.t", "2:another-process:4:17", false)
+
+	wakes, frees := fakes[1].seen()
+	assert.Equal(t, []time.Duration{1500 * time.Microsecond}, wakes, "a wake-up says how long until due, in µs")
+	assert.Equal(t, 1, frees, `"free": the lease was released`)
+	wakes, frees = fakes[0].seen()
+	assert.Empty(t, wakes, "another bucket's handler is left alone")
+	assert.Zero(t, frees)
+	counts, _ := readyCounts(w)
+	assert.Equal(t, []int{0, 5}, counts, "ready counts add up per bucket, whatever the mark")
+}
+
+func TestNotifierDropsWhatNobodyHereListensFor(t *testing.T) {
+	n, fakes := testNotifier(t, nil)
+	n.handlers = []bucketWaker{fakes[0]} // bucket 1 has no handler in this process
+	fakes[0].ownMove = "mine:1:17"
+	n.routes = map[string]route{"wake.0": {bucket: 0}, "wake.1": {bucket: 1},
+		"ready.0.t": {bucket: 0, topic: "t"}, "ready.0.u": {bucket: 0, topic: "u"}}
+	w := n.topicWatch("t")
+	w.ready[0] = 0
+	_, before := readyCounts(w)
+
+	n.dispatch("elsewhere", "5", false)           // a channel never routed
+	n.dispatch("wake.1", "5", false)              // a bucket this process does not move
+	n.dispatch("wake.0", "soon", false)           // not a number of µs
+	n.dispatch("ready.0.u", "5", false)           // a topic nobody here pops
+	n.dispatch("ready.0.t", "2:mine:1:17", false) // this process's move, whose reply woke its Pops
+
+	wakes, frees := fakes[0].seen()
+	assert.Empty(t, wakes)
+	assert.Zero(t, frees)
+	counts, after := readyCounts(w)
+	assert.Equal(t, []int{0, unknown}, counts)
+	assert.Equal(t, before, after, "no notification reached the watch")
+
+	n.dispatch("ready.0.t", "x", false)
+	counts, _ = readyCounts(w)
+	assert.Equal(t, 1, counts[0], "a count it cannot read stands for one job")
+}
+
+func TestNotifierResyncsEveryoneBehindAConfirmedChannel(t *testing.T) {
+	n, fakes := testNotifier(t, nil)
+	n.handlers = []bucketWaker{fakes[0], fakes[1]}
+	n.routes = map[string]route{"wake.0": {bucket: 0}, "ready.0.t": {bucket: 0, topic: "t"}}
+	w := n.topicWatch("t")
+	w.ready[0], w.ready[1] = 2, 0
+
+	n.dispatch("wake.0", "", true)
+	n.dispatch("ready.0.t", "", true)
+
+	wakes, frees := fakes[0].seen()
+	assert.Equal(t, []time.Duration{0}, wakes, "the handler looks at once")
+	assert.Equal(t, 1, frees, "and tries for the lease: a release may have gone unheard")
+	counts, _ := readyCounts(w)
+	assert.Equal(t, []int{unknown, 0}, counts, "what the channel carried may be lost: its bucket is looked at")
+}
+
+// TestNotifierSubscribesAgainAfterAReconnect runs the notifier on a real
+// pub/sub connection: the first confirmation of a channel, and the one
+// after the connection is cut and go-redis subscribes again, each make
+// everyone behind it look at Redis again; messages in between are routed.
+func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		n, fakes := testNotifier(t, c)
+		require.NoError(t, n.listenForHandlers([]bucketWaker{fakes[0], fakes[1]}))
+		w, err := n.watch("t")
+		require.NoError(t, err)
+		resyncs := func(want int) {
+			t.Helper()
+			require.Eventually(t, func() bool {
+				_, frees := fakes[1].seen()
+				return frees == want
+			}, 30*time.Second, time.Millisecond)
+		}
+		resyncs(1) // wake.1 confirmed
+		require.Eventually(t, func() bool {
+			_, v := readyCounts(w)
+			return v[0] > 0 && v[1] > 0
+		}, 30*time.Second, time.Millisecond, "both ready channels confirmed")
+
+		require.NoError(t, c.Publish(ctx, "wake.1", "2000").Err())
+		require.Eventually(t, func() bool {
+			wakes, _ := fakes[1].seen()
+			return slices.Contains(wakes, 2*time.Millisecond)
+		}, 30*time.Second, time.Millisecond, "a message is routed to its handler")
+
+		d.CutAll() // the pub/sub connection drops; go-redis dials again
+		resyncs(2)
+		wakes, _ := fakes[1].seen()
+		assert.Equal(t, time.Duration(0), wakes[len(wakes)-1], "the confirmation after the reconnect has the handler look at once")
+	})
 }

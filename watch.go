@@ -209,10 +209,5 @@ func (q *DelayQueue) notifyReady(b int, ready topicCount) {
 	if n == nil {
 		return // nobody here pops
 	}
-	n.mu.Lock()
-	w := n.topics[ready.topic]
-	n.mu.Unlock()
-	if w != nil {
-		w.notify(b, ready.count)
-	}
+	n.wakeReady(b, ready.topic, ready.count)
 }

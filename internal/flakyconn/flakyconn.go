@@ -1,6 +1,7 @@
 // Package flakyconn makes the connections of a go-redis client misbehave as
 // a network does, for tests: a reply lost after the command ran, a
-// connection that stops answering, a command held back on its way.
+// connection that stops answering, a command held back on its way, every
+// connection cut at once.
 //
 // A Dialer plugs into redis.Options.Dialer (or ClusterOptions.Dialer). Each
 // rule matches the commands whose bytes, lower-cased, contain a string:
@@ -20,6 +21,7 @@ import (
 type Dialer struct {
 	mu    sync.Mutex
 	rules []*rule
+	conns []*conn // every connection dialed, for CutAll
 }
 
 type kind int
@@ -78,7 +80,24 @@ func (d *Dialer) Dial(ctx context.Context, network, addr string) (net.Conn, erro
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, d: d, closed: make(chan struct{})}, nil
+	fc := &conn{Conn: c, d: d, closed: make(chan struct{})}
+	d.mu.Lock()
+	d.conns = append(d.conns, fc)
+	d.mu.Unlock()
+	return fc, nil
+}
+
+// CutAll closes the network side of every connection dialed so far, as a
+// broken network or a server that drops its clients would: the client
+// sees its reads and writes fail, and dials again.
+func (d *Dialer) CutAll() {
+	d.mu.Lock()
+	conns := d.conns
+	d.conns = nil
+	d.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Conn.Close()
+	}
 }
 
 type conn struct {
