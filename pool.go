@@ -183,7 +183,33 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 	return bucketOfID(id, q.opts.buckets)
 }
 
-// The job encoding; job.lua documents it and decodes it in scripts.
+// The job encoding. A job is stored in the pool as a 22-byte header, then
+// the optional fields its flags announce, then topic, last error and body.
+// Numbers are unsigned big-endian.
+//
+//	offset  size  field
+//	 0      1     flags: format 2 in the top 2 bits; bit 5 set when a push
+//	              nonce follows, bit 4 a dedup window, bit 3 a last error;
+//	              the State in the low 3 bits
+//	 1      2     attempts (deliveries so far)
+//	 3      2     max attempts
+//	 5      4     ttr_ms
+//	 9      6     at_ms: a reserved job's reservation deadline (its score
+//	              in its bucket), when a ready or dead job became so; not
+//	              read for a delayed job, whose due time is its score
+//	15      6     reservation: the number of the job's latest reservation,
+//	              by which a consumer proves it still holds the job
+//	21      1     topic length
+//	22      [2]   last error length, when bit 3 is set
+//	        [4]   dedup window ms, when bit 4 is set
+//	        [4]   push nonce, when bit 5 is set: random, it marks a job of a
+//	              generated ID, so that a push re-sent by go-redis knows its
+//	              own earlier run from another job
+//	        ...   topic, last error, body (the rest: any bytes)
+//
+// A job of a 5-byte topic and a 128-byte body, with its push nonce, fits
+// one 160-byte allocation of Redis's allocator. In Go, encodeJob writes the
+// header and decodeJob reads it; in Lua, job.lua's header writes it.
 const (
 	jobFormatVersion = 2
 	jobFormat        = jobFormatVersion << 6 // in the top 2 bits of the first byte
@@ -235,7 +261,7 @@ func uint48(b []byte) int64 {
 	return int64(binary.BigEndian.Uint16(b))<<32 | int64(binary.BigEndian.Uint32(b[2:]))
 }
 
-// decodeJob reads a job as job.lua encodes it.
+// decodeJob reads an encoded job.
 func decodeJob(id string, v []byte) (*Job, error) {
 	corrupt := func(why string) (*Job, error) {
 		return nil, fmt.Errorf("delayqueue: job %q: corrupt encoding: %s", id, why)

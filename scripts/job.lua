@@ -1,36 +1,14 @@
 -- job.lua: the encoding of a job in the pool, shared by every script.
 -- Prepended to each script at load time; defines no keys and reads no ARGV.
--- A job is stored as a fixed 22-byte header, then the optional fields its
--- flags announce, then topic, last error and body.
--- Numbers are unsigned big-endian:
---   offset  0  1 byte   format 2 in the top 2 bits; bit 5 set when a push
---                       nonce follows; bit 4 when a dedup window follows;
---                       bit 3 when a last error follows; the state in the
---                       low 3 bits
---   offset  1  2 bytes  attempts
---   offset  3  2 bytes  max attempts
---   offset  5  4 bytes  ttr_ms
---   offset  9  6 bytes  at_ms
---   offset 15  6 bytes  reservation
---   offset 21  1 byte   topic length
---   [2 bytes  last error length, when bit 3 is set]
---   [4 bytes  dedup window ms, when bit 4 is set]
---   [4 bytes  push nonce, when bit 5 is set]
---   topic, last error, body (the rest: any bytes)
--- reservation counts reservations: a consumer proves it still holds the job by the
--- reservation it was given.
--- at_ms is the reservation deadline of a reserved job (its score in its bucket),
--- and the time a ready or dead job became so. A delayed job's due time is
--- its score in its bucket; its at_ms is not read (push.lua leaves it 0 for a
--- job pushed with a delay, sparing a copy of the job).
--- The dedup window is how long the job's ID stays taken after it was
--- finished or removed (a tombstone in the bucket's dedup zset).
--- The push nonce, random, marks a job whose ID the queue generated: a push
--- that finds its generated ID taken tells its own earlier run (the same
--- nonce; go-redis re-sent the call) from another job.
--- The layout keeps a job of a 5-byte topic and a 128-byte body, with its
--- push nonce, within one 160-byte allocation of Redis's allocator. job.go decodes it and writes the
--- jobs push.lua stores.
+-- The layout of an encoded job is described once, in the table beside the
+-- Go codec (pool.go, encodeJob). In Lua, header below is the one place that
+-- writes the 22-byte header; encode and restate both call it.
+-- at_ms is the reservation deadline of a reserved job (its score in its
+-- bucket), and the time a ready or dead job became so. A delayed job's due
+-- time is its score in its bucket; its at_ms is not read (push.lua leaves it
+-- 0 for a job pushed with a delay, sparing a copy of the job).
+-- reservation numbers the job's reservations: a consumer proves it still
+-- holds the job by the number it was given.
 
 local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
 local FORMAT = 128 -- format 2, top 2 bits
@@ -47,13 +25,6 @@ end
 
 local function u32(n)
   return char(floor(n / 16777216) % 256, floor(n / 65536) % 256, floor(n / 256) % 256, n % 256)
-end
-
--- u48 writes whole numbers below 2^48: 8,900 years of milliseconds.
-local function u48(n)
-  local hi, lo = floor(n / 16777216), n % 16777216
-  return char(floor(hi / 65536) % 256, floor(hi / 256) % 256, hi % 256,
-    floor(lo / 65536), floor(lo / 256) % 256, lo % 256)
 end
 
 -- Positions (from 1, as Lua counts) of the 6-byte fields.
@@ -114,29 +85,31 @@ local function bytes48(n)
   return (n - b2) / 256 % 256, b2, b3, b4, b5, b6
 end
 
+-- header writes a job's 22-byte header (see the table in pool.go): the one
+-- place in Lua that lays it out. It makes one string with one string.char:
+-- every string Lua makes is hashed and collected, and header runs for every
+-- job a script stores, moves or reserves. attempts is capped at 65,535.
+local function header(flags, attempts, max, ttr, at_ms, reservation, topic_len)
+  attempts = math.min(attempts, 65535)
+  local a2, m2, t4 = attempts % 256, max % 256, ttr % 256
+  ttr = (ttr - t4) / 256
+  local t3 = ttr % 256
+  ttr = (ttr - t3) / 256
+  local t2 = ttr % 256
+  local x1, x2, x3, x4, x5, x6 = bytes48(at_ms)
+  local l1, l2, l3, l4, l5, l6 = bytes48(reservation)
+  return char(flags, (attempts - a2) / 256, a2, (max - m2) / 256, m2,
+    (ttr - t2) / 256, t2, t3, t4, x1, x2, x3, x4, x5, x6, l1, l2, l3, l4, l5, l6, topic_len)
+end
+
 -- restate returns an encoded job in a new state with a new at_ms and,
--- when given, new attempts and reservation, the rest of it as it was: a copy of
--- the job with a new header, not a decode and encode of its fields. The
--- one place besides encode that writes the header. It runs for every job
--- a script moves or reserves, so it makes two strings, the new head and
--- the old rest, and joins them: every string Lua makes is hashed and
--- collected (this way costs Redis about a third less than joining a
--- string per field).
+-- when given, new attempts and reservation, the rest of it as it was: a
+-- new header on a copy of the rest, not a decode and encode of its fields.
 local function restate(v, state, at_ms, attempts, reservation)
   local flags, a1, a2, m1, m2, t1, t2, t3, t4 = byte(v, 1, 9)
-  if attempts then
-    attempts = math.min(attempts, 65535)
-    a2 = attempts % 256
-    a1 = (attempts - a2) / 256
-  end
-  local x1, x2, x3, x4, x5, x6 = bytes48(at_ms)
-  if reservation then
-    local l1, l2, l3, l4, l5, l6 = bytes48(reservation)
-    return char(flags - flags % 8 + state, a1, a2, m1, m2, t1, t2, t3, t4,
-      x1, x2, x3, x4, x5, x6, l1, l2, l3, l4, l5, l6) .. sub(v, HEADER)
-  end
-  return char(flags - flags % 8 + state, a1, a2, m1, m2, t1, t2, t3, t4,
-    x1, x2, x3, x4, x5, x6) .. sub(v, RESERVATION)
+  return header(flags - flags % 8 + state, attempts or a1 * 256 + a2, m1 * 256 + m2,
+    ((t1 * 256 + t2) * 256 + t3) * 256 + t4, at_ms, reservation or read48(v, RESERVATION),
+    byte(v, HEADER)) .. sub(v, HEADER + 1)
 end
 
 -- in_chunks runs a variadic command over values, a slice at a time: Lua
@@ -206,9 +179,8 @@ local function encode(j)
   if j.nonce ~= '' then
     flags, nonce = flags + HAS_NONCE, j.nonce
   end
-  return char(flags) .. u16(math.min(j.attempts, 65535)) .. u16(j.max) .. u32(j.ttr) ..
-    u48(math.max(j.at, 0)) .. u48(j.reservation) .. char(#j.topic) .. elen .. window .. nonce ..
-    j.topic .. err .. j.body
+  return header(flags, j.attempts, j.max, j.ttr, math.max(j.at, 0), j.reservation, #j.topic) ..
+    elen .. window .. nonce .. j.topic .. err .. j.body
 end
 
 -- window_of reads an encoded job's dedup window, 0 for none.
