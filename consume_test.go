@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dqueue/delayqueue/internal/redistest"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -247,31 +245,6 @@ func work(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func TestConsumeRunsAJobLongerThanThreeTTRsOnce(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client)
-		startQueue(t, q) // a job whose reservation ran out would come back
-		const ttr = 200 * time.Millisecond
-		id := pushed(t, q, &Job{Topic: "t", TTR: ttr})
-		var calls atomic.Int64
-		var finished atomic.Bool
-		h := func(ctx context.Context, job *Job) error {
-			calls.Add(1)
-			if err := work(ctx, 3*ttr+ttr/2); err != nil {
-				return err
-			}
-			finished.Store(true)
-			return nil
-		}
-		consumeUntil(t, q, h, ConsumeOptions{Concurrency: 4}, func() bool {
-			_, err := q.Get(ctx, id)
-			return finished.Load() && errors.Is(err, ErrNotFound)
-		})
-		assert.Equal(t, int64(1), calls.Load(), "the handler ran once, and its success finished the job")
-	})
-}
-
 func TestConsumeEndsAHandlerAtMaxRunTime(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
@@ -336,67 +309,6 @@ func TestConsumeEndsTheHandlerOfARemovedJob(t *testing.T) {
 	})
 }
 
-// scriptCounter counts a client's calls of one script, pipelined or not.
-type scriptCounter struct {
-	sha string
-	n   atomic.Int64
-}
-
-func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			s.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (s *scriptCounter) count(cmd redis.Cmder) {
-	if args := cmd.Args(); len(args) > 1 && args[1] == s.sha {
-		s.n.Add(1)
-	}
-}
-
-func TestConsumeExtendsManyReservationsInOneCall(t *testing.T) {
-	ctx := context.Background()
-	c := redistest.Shared(t).Client(t)
-	touches := &scriptCounter{sha: scriptTouch.Hash()}
-	c.AddHook(touches)
-	q := newQueue(t, c, WithBuckets(1))
-	startQueue(t, q)
-	const n, ttr, run = 20, 300 * time.Millisecond, 1500 * time.Millisecond
-	jobs := make([]*Job, n)
-	for i := range jobs {
-		jobs[i] = &Job{Topic: "t", TTR: ttr}
-	}
-	_, err := q.PushMany(ctx, jobs)
-	require.NoError(t, err)
-	var calls, done atomic.Int64
-	h := func(ctx context.Context, job *Job) error {
-		calls.Add(1)
-		if err := work(ctx, run); err != nil {
-			return err
-		}
-		done.Add(1)
-		return nil
-	}
-	consumeUntil(t, q, h, ConsumeOptions{Concurrency: n}, func() bool { return done.Load() == n })
-	// One job at a time would take at least 3 extensions per TTR each:
-	// n * run / (ttr / 3) = 100 calls.
-	t.Logf("EXTEND %d jobs running %v with TTR %v: %d touch calls", n, run, ttr, touches.n.Load())
-	assert.Equal(t, int64(n), calls.Load(), "each job ran once")
-	assert.LessOrEqual(t, touches.n.Load(), int64(n*run/(ttr/3)/4), "the extensions of jobs running together share calls")
-	st, err := q.Stats(ctx, "t")
-	require.NoError(t, err)
-	assert.Zero(t, st.Jobs)
-}
-
 // TestFaultConsumerProcessRunsALongJobOnce runs Consume in a worker process
 // of its own, on a job that takes 3.5 times its TTR, while this process,
 // which never consumes, moves due jobs (and expired reservations).
@@ -451,28 +363,4 @@ func consumeHelper(q *DelayQueue) int {
 	}, ConsumeOptions{Concurrency: 4})
 	fmt.Println("error", err)
 	return 1
-}
-
-func TestMaxRunTimeCountsFromTheHandlersStart(t *testing.T) {
-	c := miniredisClient(t)
-	q := newQueue(t, c, WithSafetyPoll(time.Hour))
-	const maxRun = time.Second
-	left := make(chan time.Duration, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- q.Consume(ctx, "t", func(ctx context.Context, job *Job) error {
-			deadline, _ := ctx.Deadline()
-			left <- time.Until(deadline)
-			return nil
-		}, ConsumeOptions{MaxRunTime: maxRun})
-	}()
-	// The consumer waits a while for its first job, longer than MaxRunTime.
-	idle := time.NewTimer(2 * maxRun)
-	<-idle.C
-	pushed(t, q, &Job{Topic: "t"})
-	got := <-left
-	cancel()
-	require.NoError(t, <-errc)
-	assert.Greater(t, got, maxRun/2, "the handler gets its whole MaxRunTime, not what the wait left")
 }

@@ -14,7 +14,7 @@ import (
 type bucketHandler struct {
 	q     *DelayQueue
 	b     int
-	token string
+	lease bucketLease   // owned by the handler goroutine, and by Close once it has ended
 	sig   chan struct{} // buffered: a wake-up is waiting in wakeAt or free
 
 	mu     sync.Mutex
@@ -29,7 +29,6 @@ type bucketHandler struct {
 	next  int
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
-	held     bool      // the last move held the lease
 	failures int       // consecutive Redis errors
 	trimmed  time.Time // when dead letters past their retention were last deleted
 	calls    uint64    // move calls made, numbering their marks
@@ -48,7 +47,7 @@ const maxWoke = 256
 // reply or notification, wakes them.
 func (h *bucketHandler) wokeFromReply(mark, topic string) bool {
 	token, _, _ := strings.Cut(mark, ":")
-	return token == h.token && !h.claimWake(mark, topic)
+	return token == h.lease.token && !h.claimWake(mark, topic)
 }
 
 // claimWake reports whether the consumers of topic in this process are
@@ -71,7 +70,7 @@ func (h *bucketHandler) claimWake(mark, topic string) bool {
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
-	return &bucketHandler{q: q, b: b, token: newToken(), sig: make(chan struct{}, 1)}
+	return &bucketHandler{q: q, b: b, lease: bucketLease{token: newToken()}, sig: make(chan struct{}, 1)}
 }
 
 // wake asks the handler to move jobs after delay, when it holds the lease.
@@ -118,7 +117,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	// Tombstones whose dedup window ended go at most once a second, and at
 	// least once per step of an idle handler.
 	trim := time.Since(h.buried) >= time.Second
-	res, err := h.q.moveDue(ctx, h.b, h.token, h.calls, trim)
+	res, err := h.q.moveDue(ctx, h.b, h.lease.token, h.calls, trim)
 	if err == nil && trim && !res.contended {
 		h.buried = time.Now()
 	}
@@ -126,7 +125,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return 0
 		}
-		h.held = false
+		h.lease.held = false
 		h.failures++
 		if h.failures == 1 {
 			log.Warn("delayqueue: bucket handler cannot reach Redis; retrying", attrBucket, h.b, attrError, err)
@@ -140,12 +139,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		h.failures = 0
 	}
 	if res.contended {
-		h.held = false
-		// Try again when the holder's lease would run out, unless it
-		// renews it; a released lease wakes us earlier.
-		return res.held + rand.N(h.q.opts.lease/10+time.Millisecond)
+		return h.lease.contended(res.held, h.q.opts.lease)
 	}
-	h.held = true
+	h.lease.held = true
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
 	}
@@ -168,7 +164,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	if res.moved >= h.q.opts.batch {
 		return 0 // a backlog: drain it batch by batch
 	}
-	wait := min(h.q.opts.lease/3, h.q.opts.poll)
+	wait := min(renewWithin(h.q.opts.lease), h.q.opts.poll)
 	if res.next >= 0 && res.next < wait {
 		wait = res.next
 	}
@@ -195,7 +191,7 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 			at, free := h.wakeAt, h.free
 			h.wakeAt, h.free = time.Time{}, false
 			h.mu.Unlock()
-			if !h.held {
+			if !h.lease.held {
 				if free {
 					return true
 				}
@@ -215,12 +211,7 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 
 // release gives up the lease at Close, if this bucket handler holds it.
 func (h *bucketHandler) release(ctx context.Context) error {
-	if !h.held {
-		return nil
-	}
-	h.held = false
-	_, err := h.q.unlock(ctx, h.b, h.token)
-	return err
+	return h.lease.release(ctx, h.q, h.b)
 }
 
 // retryBackoff is the wait after n consecutive Redis errors: 50ms doubling

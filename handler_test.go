@@ -184,43 +184,6 @@ func TestJobsSurviveCloseAndReopen(t *testing.T) {
 	})
 }
 
-func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		name := uniqueName(t)
-		// Leases last an hour: the second queue gets the buckets within the
-		// test only because the first one releases them.
-		first, err := New(be.client, WithName(name), WithLogger(discard), WithLease(time.Hour), WithBuckets(2))
-		require.NoError(t, err)
-		startQueue(t, first)
-		second := newQueue(t, be.client, WithName(name), WithLease(time.Hour), WithBuckets(2))
-		holders := func() []string {
-			var hs []string
-			for b := range 2 {
-				h, _ := be.client.Get(ctx, first.keys.bucket(b).lock).Result()
-				hs = append(hs, h)
-			}
-			return hs
-		}
-		require.Eventually(t, func() bool {
-			hs := holders()
-			return hs[0] == first.handlers[0].token && hs[1] == first.handlers[1].token
-		}, 10*time.Second, 5*time.Millisecond)
-		startQueue(t, second)
-		closeQueue(t, first)
-
-		require.Eventually(t, func() bool {
-			hs := holders()
-			return hs[0] == second.handlers[0].token && hs[1] == second.handlers[1].token
-		}, 30*time.Second, 5*time.Millisecond, "the second queue takes the released buckets")
-		for range 4 {
-			pushed(t, second, &Job{Topic: "t", Delay: 50 * time.Millisecond})
-		}
-		seen := consume(t, []*DelayQueue{second}, "t", 2, 4)
-		assert.Len(t, seen, 4)
-	})
-}
-
 func TestHandlersSurviveARedisOutage(t *testing.T) {
 	ctx := context.Background()
 	s := redistest.Start(t)

@@ -3,7 +3,6 @@ package delayqueue
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -135,105 +134,6 @@ func TestReleaseGivesTheJobBackWithoutCountingTheAttempt(t *testing.T) {
 		assert.Equal(t, job.ID, again.ID)
 		assert.Equal(t, 1, again.Attempts)
 		assert.ErrorIs(t, q.Release(ctx, &Job{ID: job.ID}), ErrInvalidJob, "only a popped job can be released")
-	})
-}
-
-func TestReschedule(t *testing.T) {
-	ctx := context.Background()
-	q, _, _, advance := clockQueue(t)
-	id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
-	require.NoError(t, q.Reschedule(ctx, id, time.Minute, time.Time{}))
-	advance(time.Minute)
-	res, err := q.moveDue(ctx, 0, "token", 0, false)
-	require.NoError(t, err)
-	assert.Equal(t, 1, res.moved, "due after the new delay")
-
-	// A ready job can be put off again; its stale list entry is skipped.
-	require.NoError(t, q.Reschedule(ctx, id, time.Hour, time.Time{}))
-	_, err = q.Pop(ctx, "t", 0)
-	assert.ErrorIs(t, err, ErrNoJob)
-	require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
-	job, err := q.Pop(ctx, "t", 0)
-	require.NoError(t, err)
-	assert.Equal(t, id, job.ID)
-
-	assert.ErrorIs(t, q.Reschedule(ctx, id, time.Minute, time.Time{}), ErrNotPending)
-	assert.ErrorIs(t, q.Reschedule(ctx, "nope", time.Minute, time.Time{}), ErrNotFound)
-	assert.ErrorIs(t, q.Reschedule(ctx, id, -time.Minute, time.Time{}), ErrInvalidJob)
-	assert.ErrorIs(t, q.Reschedule(ctx, id, 0, maxRunAt.Add(time.Millisecond)), ErrInvalidJob)
-}
-
-func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client, WithBuckets(4))
-		jobs := make([]*Job, 300)
-		for i := range jobs {
-			jobs[i] = &Job{Topic: "t", Body: []byte{byte(i)}}
-		}
-		jobs[7].ID = "mine"
-		ids, err := q.PushMany(ctx, jobs)
-		require.NoError(t, err)
-		require.Len(t, ids, 300)
-		for i, job := range jobs {
-			assert.Equal(t, ids[i], job.ID, "IDs are stored in the jobs")
-		}
-		assert.Equal(t, "mine", ids[7])
-		again, err := q.PushMany(ctx, jobs) // a retry after an unclear error
-		require.NoError(t, err)
-		assert.Equal(t, ids, again)
-		seen := consume(t, []*DelayQueue{q}, "t", 2, 300)
-		assert.Len(t, seen, 300)
-		for _, n := range seen {
-			assert.Equal(t, 1, n)
-		}
-
-		bad := []*Job{{Topic: "t"}, {Topic: ""}}
-		_, err = q.PushMany(ctx, bad)
-		assert.ErrorIs(t, err, ErrInvalidTopic)
-		assert.True(t, strings.HasPrefix(err.Error(), "job 1:"))
-		assert.Empty(t, bad[0].ID, "a refused batch pushes nothing")
-	})
-}
-
-func TestPushManyKeepsTheFirstOfTwoJobsWithOneID(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client, WithBuckets(1))
-		for _, delay := range []time.Duration{0, time.Hour} { // due now, and later
-			id := "twice-" + delay.String()
-			_, err := q.PushMany(ctx, []*Job{
-				{ID: id, Topic: "t", Body: []byte("first"), Delay: delay},
-				{ID: id, Topic: "t", Body: []byte("second"), Delay: delay},
-			})
-			require.NoError(t, err)
-			job, err := q.Get(ctx, id)
-			require.NoError(t, err)
-			assert.Equal(t, "first", string(job.Body), "delay %v", delay)
-		}
-		st, err := q.Stats(ctx, "t")
-		require.NoError(t, err)
-		assert.Equal(t, 2, st.Jobs)
-		assert.Equal(t, 1, st.Ready, "one ID in the ready list, not two")
-	})
-}
-
-func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client, WithBuckets(4))
-		require.NoError(t, be.client.ScriptFlush(ctx).Err()) // as after a restart
-		jobs := make([]*Job, 50)
-		for i := range jobs {
-			jobs[i] = &Job{Topic: "t"}
-		}
-		ids, err := q.PushMany(ctx, jobs)
-		require.NoError(t, err)
-		for _, id := range ids {
-			job, err := q.Get(ctx, id)
-			require.NoError(t, err)
-			assert.Equal(t, StateReady, job.State)
-		}
 	})
 }
 

@@ -1,0 +1,78 @@
+package delayqueue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
+	ctx := context.Background()
+	q, _, c, advance := clockQueue(t)
+	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	advance(time.Second)
+	require.NoError(t, c.Set(ctx, q.keys.bucket(0).lock, "other", 20*time.Second).Err())
+
+	res, err := q.moveDue(ctx, 0, "mine", 0, false)
+	require.NoError(t, err)
+	assert.True(t, res.contended)
+	assert.Equal(t, 20*time.Second, res.held)
+	job, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateDelayed, job.State, "a handler without the lease moves nothing")
+
+	ok, err := q.unlock(ctx, 0, "mine")
+	require.NoError(t, err)
+	assert.False(t, ok, "a handler cannot release a lease it does not hold")
+
+	require.NoError(t, c.Del(ctx, q.keys.bucket(0).lock).Err())
+	res, err = q.moveDue(ctx, 0, "mine", 0, false)
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.moved, "a free lease is taken")
+	holder, err := c.Get(ctx, q.keys.bucket(0).lock).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "mine", holder)
+	ok, err = q.unlock(ctx, 0, "mine")
+	require.NoError(t, err)
+	assert.True(t, ok)
+}
+
+func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		// Leases last an hour: the second queue gets the buckets within the
+		// test only because the first one releases them.
+		first, err := New(be.client, WithName(name), WithLogger(discard), WithLease(time.Hour), WithBuckets(2))
+		require.NoError(t, err)
+		startQueue(t, first)
+		second := newQueue(t, be.client, WithName(name), WithLease(time.Hour), WithBuckets(2))
+		holders := func() []string {
+			var hs []string
+			for b := range 2 {
+				h, _ := be.client.Get(ctx, first.keys.bucket(b).lock).Result()
+				hs = append(hs, h)
+			}
+			return hs
+		}
+		require.Eventually(t, func() bool {
+			hs := holders()
+			return hs[0] == first.handlers[0].lease.token && hs[1] == first.handlers[1].lease.token
+		}, 10*time.Second, 5*time.Millisecond)
+		startQueue(t, second)
+		closeQueue(t, first)
+
+		require.Eventually(t, func() bool {
+			hs := holders()
+			return hs[0] == second.handlers[0].lease.token && hs[1] == second.handlers[1].lease.token
+		}, 30*time.Second, 5*time.Millisecond, "the second queue takes the released buckets")
+		for range 4 {
+			pushed(t, second, &Job{Topic: "t", Delay: 50 * time.Millisecond})
+		}
+		seen := consume(t, []*DelayQueue{second}, "t", 2, 4)
+		assert.Len(t, seen, 4)
+	})
+}

@@ -1,0 +1,102 @@
+package delayqueue
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/flakyconn"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPopLooksBeforeItsSubscriptionIsConfirmed(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		d.Stall("subscribe") // Redis never confirms a subscription
+		q := newQueue(t, c, WithSafetyPoll(time.Hour))
+		id := pushed(t, q, &Job{Topic: "t"})
+		job := received(t, popAsync(q, "t", time.Hour))
+		assert.Equal(t, id, job.ID)
+	})
+}
+
+func TestStartAndCloseDoNotWaitForSubscriptions(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		defer verifyNoLeaks(t)()
+		d.Stall("subscribe")
+		q, err := New(c, WithName(uniqueName(t)), WithLogger(discard))
+		require.NoError(t, err)
+		started := make(chan error, 1)
+		go func() { started <- q.Start(context.Background()) }()
+		select {
+		case err := <-started:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("Start waits for a subscription that never comes")
+		}
+		id := pushed(t, q, &Job{Topic: "t"})
+		assert.Equal(t, id, received(t, popAsync(q, "t", time.Hour)).ID, "Pop works meanwhile")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, q.Close(ctx))
+	})
+}
+
+func TestAWaitingPopLooksAgainWhenItsSubscriptionIsConfirmed(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		release := d.Hold("subscribe") // the subscription is on its way
+		q := newQueue(t, c, WithSafetyPoll(time.Hour))
+		got := popAsync(q, "t", time.Hour)
+		n, err := q.notifier(context.Background())
+		require.NoError(t, err)
+		w := n.topicWatch("t")
+		require.Eventually(t, func() bool { // the Pop looked, found nothing, and waits
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return len(w.waiters) == 1 && !slices.ContainsFunc(w.ready, func(n int) bool { return n != 0 })
+		}, 30*time.Second, time.Millisecond)
+		// Published before Redis has the subscription: nobody hears it.
+		id := pushed(t, q, &Job{Topic: "t"})
+		release()
+		assert.Equal(t, id, received(t, got).ID, "the confirmation makes the Pop look again")
+	})
+}
+
+// TestNotifierSubscribesAgainAfterAReconnect runs the notifier on a real
+// pub/sub connection: the first confirmation of a channel, and the one
+// after the connection is cut and go-redis subscribes again, each make
+// everyone behind it look at Redis again; messages in between are routed.
+func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		n, fakes := testNotifier(t, c)
+		require.NoError(t, n.listenForHandlers([]bucketWaker{fakes[0], fakes[1]}))
+		w, err := n.watch("t")
+		require.NoError(t, err)
+		resyncs := func(want int) {
+			t.Helper()
+			require.Eventually(t, func() bool {
+				_, frees := fakes[1].seen()
+				return frees == want
+			}, 30*time.Second, time.Millisecond)
+		}
+		resyncs(1) // wake.1 confirmed
+		require.Eventually(t, func() bool {
+			_, v := readyCounts(w)
+			return v[0] > 0 && v[1] > 0
+		}, 30*time.Second, time.Millisecond, "both ready channels confirmed")
+
+		require.NoError(t, c.Publish(ctx, "wake.1", "2000").Err())
+		require.Eventually(t, func() bool {
+			wakes, _ := fakes[1].seen()
+			return slices.Contains(wakes, 2*time.Millisecond)
+		}, 30*time.Second, time.Millisecond, "a message is routed to its handler")
+
+		d.CutAll() // the pub/sub connection drops; go-redis dials again
+		resyncs(2)
+		wakes, _ := fakes[1].seen()
+		assert.Equal(t, time.Duration(0), wakes[len(wakes)-1], "the confirmation after the reconnect has the handler look at once")
+	})
+}
