@@ -17,139 +17,6 @@ import (
 // lists per topic, all under one hash tag. Every change to a bucket is one
 // script over its keys.
 
-// push adds jobs that all belong to bucket b in one script call, and sets
-// each one's status.
-func (q *DelayQueue) push(ctx context.Context, b int, jobs []*pushArgs) error {
-	keys, args := q.pushCall(b, jobs)
-	return pushResult(b, jobs, q.run(ctx, b, scriptPush, keys, args...))
-}
-
-// pushBuckets pushes jobs with one script call per bucket they fall in and
-// chunk, all in one pipeline (one round trip per node), and sets each one's
-// status. It returns the error of each bucket that failed; nil when all
-// succeeded.
-func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]error {
-	chunks := byBucket(jobs, func(j *pushArgs) int { return j.bucket }, maxPushChunk)
-	calls := make([]*scriptCall, len(chunks))
-	for i, chunk := range chunks {
-		keys, args := q.pushCall(chunk[0].bucket, chunk)
-		calls[i] = &scriptCall{script: scriptPush, keys: keys, args: args}
-	}
-	q.sendCalls(ctx, calls)
-	var errs map[int]error
-	for i, chunk := range chunks {
-		b := chunk[0].bucket
-		if err := pushResult(b, chunk, calls[i].cmd); err != nil {
-			if errs == nil {
-				errs = map[int]error{}
-			}
-			errs[b] = cmp.Or(errs[b], err)
-		}
-	}
-	return errs
-}
-
-// pushLanes coalesce concurrent pushes, keeping two batches in flight: with
-// one, a lone producer's pushes wait for each round trip and it loses a
-// fifth of its rate.
-func (q *DelayQueue) pushLanes(n int) batch.Lanes[*pushArgs] {
-	return batch.NewLanes(n, maxPushChunk, 2, q.flushPushes)
-}
-
-// flushPushes pushes a batch of concurrent Push calls, coalesced.
-func (q *DelayQueue) flushPushes(ctx context.Context, reqs []*batch.Request[*pushArgs]) {
-	errs := q.pushBuckets(ctx, batch.Inputs(reqs))
-	for _, r := range reqs {
-		r.Err = errs[r.In.bucket]
-	}
-}
-
-// pushCall builds the keys and arguments of push.lua for jobs of bucket b.
-func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
-	bk := q.keys.bucket(b)
-	args := make([]any, 0, 3+4*len(jobs))
-	args = append(args, bk.wake, bk.readyChannels, q.pub)
-	for _, j := range jobs {
-		args = append(args, j.id, j.delayMs, j.job, j.generated)
-	}
-	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup}, args
-}
-
-// pushResult reads push.lua's reply into the jobs' statuses.
-func pushResult(b int, jobs []*pushArgs, reply *redis.Cmd) error {
-	res, err := reply.Int64Slice()
-	if err != nil {
-		return fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
-	}
-	if len(res) != len(jobs) {
-		return fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), len(jobs))
-	}
-	for i, r := range res {
-		jobs[i].status = r
-	}
-	return nil
-}
-
-// moveResult is what one move step did.
-type moveResult struct {
-	moved int
-	// next is how long until the bucket's next job is due; -1 when the
-	// bucket is empty.
-	next time.Duration
-	// held is how long another process still holds the lease; zero when
-	// this call held it.
-	held time.Duration
-	// contended is true when another process holds the lease.
-	contended bool
-	// mark is the mark of the script's run, which its ready wake-ups carry.
-	mark string
-	// ready counts the jobs that became ready, per topic.
-	ready []topicCount
-}
-
-type topicCount struct {
-	topic string
-	count int
-}
-
-// moveDue moves up to a batch of due jobs of bucket b to their ready lists
-// (or dead letters), holding or taking the bucket's lease with token. call
-// numbers the call, for the mark of its wake-ups; with trim, it also
-// deletes the tombstones whose dedup window ended.
-func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64, trim bool) (moveResult, error) {
-	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup}
-	reply, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trim).Slice()
-	if err != nil {
-		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
-	}
-	var res [2]int64
-	ok := len(reply) >= 2
-	for i := 0; ok && i < 2; i++ {
-		res[i], ok = reply[i].(int64)
-	}
-	if ok && res[0] < 0 {
-		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
-	}
-	r := moveResult{moved: int(res[0]), next: -1}
-	if ok = ok && len(reply)%2 == 1; ok {
-		r.mark, ok = reply[2].(string)
-	}
-	if !ok {
-		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, reply)
-	}
-	if res[1] >= 0 {
-		r.next = time.Duration(res[1]) * time.Microsecond
-	}
-	for i := 3; i+1 < len(reply); i += 2 {
-		topic, _ := reply[i].(string)
-		count, _ := reply[i+1].(int64)
-		r.ready = append(r.ready, topicCount{topic, int(count)})
-	}
-	return r, nil
-}
-
 // Push adds a job and returns its ID: the job's own ID when it has one, else
 // a new one, unique among every process that ever opened the queue, which
 // Push also stores in job.ID. The job is due after job.Delay on the Redis
@@ -242,61 +109,6 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 			return ids, nil
 		}
 	}
-}
-
-// assignID gives a job without an ID a new one, and files it in its
-// bucket. It returns the prefix of the new ID (nil when it had one).
-func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
-	var prefix *string
-	if job.ID == "" {
-		job.ID, prefix = q.ids.next()
-	}
-	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
-	return prefix
-}
-
-// idTaken handles a generated ID that push.lua found taken by another job:
-// the queue takes a new instance number, unless it has done so too often.
-func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
-	if renewals >= maxIDRenewals {
-		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
-	}
-	return q.renewIDs(ctx, prefix)
-}
-
-// Reschedule moves a delayed or ready job to a new due time: after delay
-// from now on the server's clock, or at runAt when it is not zero. It
-// returns ErrNotPending for a reserved or dead job, ErrNotFound when no
-// such job exists, and ErrInvalidJob for a negative delay or a runAt past
-// August 10889.
-func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
-	b, err := q.openBucketOfID(id)
-	if err != nil {
-		return err
-	}
-	if delay < 0 {
-		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
-	}
-	delayMs, dueMs := ceilMs(delay), int64(0)
-	if !runAt.IsZero() {
-		if dueMs, err = runAtMs(runAt); err != nil {
-			return err
-		}
-		delayMs = -1
-	}
-	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
-		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
-	if err != nil {
-		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
-	}
-	switch res[0] {
-	case 0:
-		return fmt.Errorf("%w: %q", ErrNotFound, id)
-	case -1:
-		return fmt.Errorf("%w: %q", ErrNotPending, id)
-	}
-	return nil
 }
 
 // pushArgs are the validated values of one job for push.lua, and its
@@ -392,4 +204,185 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	a.id = job.ID
 	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce)
 	return a, nil
+}
+
+// assignID gives a job without an ID a new one, and files it in its
+// bucket. It returns the prefix of the new ID (nil when it had one).
+func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
+	var prefix *string
+	if job.ID == "" {
+		job.ID, prefix = q.ids.next()
+	}
+	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
+	return prefix
+}
+
+// idTaken handles a generated ID that push.lua found taken by another job:
+// the queue takes a new instance number, unless it has done so too often.
+func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
+	if renewals >= maxIDRenewals {
+		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
+	}
+	return q.renewIDs(ctx, prefix)
+}
+
+// pushLanes coalesce concurrent pushes, keeping two batches in flight: with
+// one, a lone producer's pushes wait for each round trip and it loses a
+// fifth of its rate.
+func (q *DelayQueue) pushLanes(n int) batch.Lanes[*pushArgs] {
+	return batch.NewLanes(n, maxPushChunk, 2, q.flushPushes)
+}
+
+// flushPushes pushes a batch of concurrent Push calls, coalesced.
+func (q *DelayQueue) flushPushes(ctx context.Context, reqs []*batch.Request[*pushArgs]) {
+	errs := q.pushBuckets(ctx, batch.Inputs(reqs))
+	for _, r := range reqs {
+		r.Err = errs[r.In.bucket]
+	}
+}
+
+// pushBuckets pushes jobs with one script call per bucket they fall in and
+// chunk, all in one pipeline (one round trip per node), and sets each one's
+// status. It returns the error of each bucket that failed; nil when all
+// succeeded.
+func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]error {
+	chunks := byBucket(jobs, func(j *pushArgs) int { return j.bucket }, maxPushChunk)
+	calls := make([]*scriptCall, len(chunks))
+	for i, chunk := range chunks {
+		keys, args := q.pushCall(chunk[0].bucket, chunk)
+		calls[i] = &scriptCall{script: scriptPush, keys: keys, args: args}
+	}
+	q.sendCalls(ctx, calls)
+	var errs map[int]error
+	for i, chunk := range chunks {
+		b := chunk[0].bucket
+		if err := pushResult(b, chunk, calls[i].cmd); err != nil {
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[b] = cmp.Or(errs[b], err)
+		}
+	}
+	return errs
+}
+
+// pushCall builds the keys and arguments of push.lua for jobs of bucket b.
+func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
+	bk := q.keys.bucket(b)
+	args := make([]any, 0, 3+4*len(jobs))
+	args = append(args, bk.wake, bk.readyChannels, q.pub)
+	for _, j := range jobs {
+		args = append(args, j.id, j.delayMs, j.job, j.generated)
+	}
+	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup}, args
+}
+
+// pushResult reads push.lua's reply into the jobs' statuses.
+func pushResult(b int, jobs []*pushArgs, reply *redis.Cmd) error {
+	res, err := reply.Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
+	}
+	if len(res) != len(jobs) {
+		return fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), len(jobs))
+	}
+	for i, r := range res {
+		jobs[i].status = r
+	}
+	return nil
+}
+
+// moveResult is what one move step did.
+type moveResult struct {
+	moved int
+	// next is how long until the bucket's next job is due; -1 when the
+	// bucket is empty.
+	next time.Duration
+	// held is how long another process still holds the lease; zero when
+	// this call held it.
+	held time.Duration
+	// contended is true when another process holds the lease.
+	contended bool
+	// mark is the mark of the script's run, which its ready wake-ups carry.
+	mark string
+	// ready counts the jobs that became ready, per topic.
+	ready []topicCount
+}
+
+type topicCount struct {
+	topic string
+	count int
+}
+
+// moveDue moves up to a batch of due jobs of bucket b to their ready lists
+// (or dead letters), holding or taking the bucket's lease with token. call
+// numbers the call, for the mark of its wake-ups; with trim, it also
+// deletes the tombstones whose dedup window ended.
+func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64, trim bool) (moveResult, error) {
+	bk := q.keys.bucket(b)
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup}
+	reply, err := q.run(ctx, b, scriptMove, keys,
+		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trim).Slice()
+	if err != nil {
+		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
+	}
+	var res [2]int64
+	ok := len(reply) >= 2
+	for i := 0; ok && i < 2; i++ {
+		res[i], ok = reply[i].(int64)
+	}
+	if ok && res[0] < 0 {
+		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
+	}
+	r := moveResult{moved: int(res[0]), next: -1}
+	if ok = ok && len(reply)%2 == 1; ok {
+		r.mark, ok = reply[2].(string)
+	}
+	if !ok {
+		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, reply)
+	}
+	if res[1] >= 0 {
+		r.next = time.Duration(res[1]) * time.Microsecond
+	}
+	for i := 3; i+1 < len(reply); i += 2 {
+		topic, _ := reply[i].(string)
+		count, _ := reply[i+1].(int64)
+		r.ready = append(r.ready, topicCount{topic, int(count)})
+	}
+	return r, nil
+}
+
+// Reschedule moves a delayed or ready job to a new due time: after delay
+// from now on the server's clock, or at runAt when it is not zero. It
+// returns ErrNotPending for a reserved or dead job, ErrNotFound when no
+// such job exists, and ErrInvalidJob for a negative delay or a runAt past
+// August 10889.
+func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
+	b, err := q.openBucketOfID(id)
+	if err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
+	}
+	delayMs, dueMs := ceilMs(delay), int64(0)
+	if !runAt.IsZero() {
+		if dueMs, err = runAtMs(runAt); err != nil {
+			return err
+		}
+		delayMs = -1
+	}
+	bk := q.keys.bucket(b)
+	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
+		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
+	}
+	switch res[0] {
+	case 0:
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case -1:
+		return fmt.Errorf("%w: %q", ErrNotPending, id)
+	}
+	return nil
 }

@@ -300,3 +300,10 @@ func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
 		}
 	})
 }
+
+// push runs push.lua once for jobs that all belong to bucket b, outside any
+// lane, and sets each one's status.
+func (q *DelayQueue) push(ctx context.Context, b int, jobs []*pushArgs) error {
+	keys, args := q.pushCall(b, jobs)
+	return pushResult(b, jobs, q.run(ctx, b, scriptPush, keys, args...))
+}

@@ -62,7 +62,7 @@
 //	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by reservation deadline (ms)
 //	dq:{name:b}:ready:<topic>  LIST    IDs of ready jobs, oldest first
 //	dq:{name:b}:dead:<topic>   ZSET    IDs of dead jobs by time of death
-//	dq:{name:b}:lock           STRING  the lease of the bucket's handler
+//	dq:{name:b}:lock           STRING  the lease: the token of the bucket handler that moves it
 //	dq:{name:b}:deadtopics     SET     topics with dead letters
 //	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
@@ -71,4 +71,38 @@
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.
+//
+// # The code, in the order a job passes through it
+//
+//   - delayqueue.go: the facade. New opens the queue, Start runs the
+//     bucket handlers, Close stops them; options.go, errors.go and keys.go
+//     (key names, and the bucket of an ID) serve all that follows.
+//   - job.go: Job and State, and the checks a job must pass.
+//   - bucket.go: push. Push and PushMany check, encode and group jobs by
+//     bucket; concurrent pushes go together (internal/batch) into one
+//     push.lua call per bucket. A job due later waits in its bucket's
+//     zset; one due now goes straight to its ready list. Reschedule moves
+//     a waiting job.
+//   - pool.go: the job pool. Get, Finish and Remove, and the job codec
+//     (the one table of the encoding; scripts/job.lua's header is its one
+//     Lua writer).
+//   - handler.go: the bucket handler, one per bucket and started process,
+//     under its bucket's lease (lock.go). It sleeps until the next job is
+//     due, then moveDue (bucket.go, move.lua) moves due jobs, and jobs
+//     whose reservation ran out, to their ready lists.
+//   - notify.go and pubsub.go: wake-ups over pub/sub, routed to bucket
+//     handlers (a job became the earliest) and to waiting consumers (jobs
+//     became ready); watch.go: how a process's waiting Pops share them.
+//   - ready.go: pop. Pop reserves a ready job with reserve.lua, starting
+//     its TTR; concurrent pops of one list share a call. held.go remembers
+//     the reservations this instance popped.
+//   - consume.go: Consume pops for a pool of handlers and settles each
+//     job by its handler's outcome; keep.go extends the reservations of
+//     running handlers.
+//   - settle: Finish (pool.go) deletes the job; retry.go retries it with
+//     backoff (Retry, RetryAfter), extends (Touch) or gives back (Release)
+//     its reservation.
+//   - dead.go: jobs out of attempts: listed, requeued, purged, expired.
+//   - stats.go: counts per state and topic. scripts.go loads scripts/*.lua
+//     and sends their calls; ids.go makes job IDs.
 package delayqueue
