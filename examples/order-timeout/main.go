@@ -32,6 +32,9 @@ func main() {
 const payWithin = 2 * time.Second
 
 func run(ctx context.Context) error {
+	// exampleredis lives inside this repository, so that the example runs
+	// anywhere (a real Redis at $REDIS_ADDR, else an embedded miniredis). In
+	// your code: client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	client, closeClient, err := exampleredis.Client()
 	if err != nil {
 		return err

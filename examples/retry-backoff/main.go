@@ -34,6 +34,9 @@ var schedule = []time.Duration{0, 0, 2 * time.Minute, 10 * time.Minute, 10 * tim
 	time.Hour, 2 * time.Hour, 6 * time.Hour, 15 * time.Hour}
 
 func run(ctx context.Context) error {
+	// exampleredis lives inside this repository, so that the example runs
+	// anywhere (a real Redis at $REDIS_ADDR, else an embedded miniredis). In
+	// your code: client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	client, closeClient, err := exampleredis.Client()
 	if err != nil {
 		return err
