@@ -251,36 +251,6 @@ func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc
 	return errors.Join(errs...)
 }
 
-// notifierLocked returns the queue's pub/sub listener, making it on first
-// use. q.mu must be held.
-func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
-	if q.notes == nil {
-		q.notes = newNotifier(ctx, notifierEnv{
-			client:       q.client,
-			sharded:      q.pub == "SPUBLISH",
-			buckets:      q.opts.buckets,
-			poll:         q.opts.poll,
-			logger:       q.opts.logger,
-			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
-			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
-			slotMoved:    func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
-		})
-	}
-	return q.notes
-}
-
-// errSlotMoved stands for Redis dropping a sharded subscription.
-var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot moved")
-
-func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed.Load() {
-		return nil, ErrClosed
-	}
-	return q.notifierLocked(ctx), nil
-}
-
 // warnEviction logs a warning for every Redis master whose maxmemory-policy
 // lets it evict keys: a job evicted that way is lost without a trace. A
 // server that refuses CONFIG (as managed services may) is only noted at

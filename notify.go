@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"strconv"
@@ -188,4 +189,36 @@ func (n *notifier) wakeReady(b int, topic string, count int) {
 	if w != nil {
 		w.notify(b, count)
 	}
+}
+
+// notifierLocked returns the queue's pub/sub listener, making it on first
+// use. q.mu must be held.
+func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
+	if q.notes == nil {
+		q.notes = newNotifier(ctx, notifierEnv{
+			client:       q.client,
+			sharded:      q.pub == "SPUBLISH",
+			buckets:      q.opts.buckets,
+			poll:         q.opts.poll,
+			logger:       q.opts.logger,
+			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
+			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
+			slotMoved:    func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
+		})
+	}
+	return q.notes
+}
+
+// errSlotMoved stands for Redis dropping a sharded subscription.
+var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot moved")
+
+// notifier returns the queue's notifier, made on first use; ErrClosed after
+// Close.
+func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
+	return q.notifierLocked(ctx), nil
 }
