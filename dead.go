@@ -127,7 +127,7 @@ func (q *DelayQueue) purge(ctx context.Context, b int, topic string, ageMs int64
 }
 
 // trimDead deletes one batch per topic of bucket b's dead jobs older than the
-// retention. The bucket's handler calls it.
+// retention. The bucket handler calls it.
 func (q *DelayQueue) trimDead(ctx context.Context, b int) (int, error) {
 	topics, err := q.client.SMembers(ctx, q.keys.bucket(b).deadTopics).Result()
 	if err != nil {

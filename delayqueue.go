@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DelayQueue is a delay queue on Redis. Producers Push jobs; handlers started
-// by Start move them to their topic's ready list when they are due; consumers
-// Pop them and Finish them. A DelayQueue is safe for concurrent use; many
-// processes may open the same queue on the same Redis.
+// DelayQueue is a delay queue on Redis. Producers Push jobs; bucket handlers
+// started by Start move them to their topic's ready list when they are due;
+// consumers Pop them and Finish them. A DelayQueue is safe for concurrent use;
+// many processes may open the same queue on the same Redis.
 type DelayQueue struct {
 	client   redis.UniversalClient
 	opts     options
@@ -43,9 +43,9 @@ type DelayQueue struct {
 
 	mu       sync.Mutex // guards the fields below; never held across a round trip
 	started  bool
-	cancel   context.CancelFunc // ends the handlers
+	cancel   context.CancelFunc // ends the bucket handlers
 	handlers []*bucketHandler
-	stopped  chan struct{} // closed when every handler has returned
+	stopped  chan struct{} // closed when every bucket handler has returned
 	notes    *notifier
 
 	closeOnce sync.Once
@@ -56,12 +56,12 @@ type DelayQueue struct {
 // initTimeout bounds the one round trip of New, which has no context.
 const initTimeout = 10 * time.Second
 
-// New opens the queue in Redis through client, which may be a single server,
-// a Sentinel failover client or a Cluster client. It records the bucket count
-// and the job encoding on first use, and otherwise checks them: a
-// disagreement returns ErrBucketMismatch or ErrFormatMismatch. Bad options return ErrInvalidOption. New talks to Redis
-// once, for at most 10 seconds, and starts no goroutine; the client is never
-// closed by the queue.
+// New opens the queue in Redis through client, which may be a single server, a
+// Sentinel failover client or a Cluster client. It records the bucket count and
+// the job encoding on first use, and otherwise checks them: a disagreement
+// returns ErrBucketMismatch or ErrFormatMismatch. Bad options return
+// ErrInvalidOption. New talks to Redis once, for at most 10 seconds, and starts
+// no goroutine; the client is never closed by the queue.
 func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
@@ -133,10 +133,10 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	return q, nil
 }
 
-// Start runs one handler goroutine per bucket, which moves due jobs to their
-// ready lists while it holds the bucket's lease. Some process must Start
+// Start runs one bucket handler goroutine per bucket, which moves due jobs to
+// their ready lists while it holds the bucket's lease. Some process must Start
 // for delayed jobs to become ready; any number may. ctx bounds the start-up
-// only; the handlers run until Close, and keep trying while Redis is
+// only; the bucket handlers run until Close, and keep trying while Redis is
 // unreachable. Start logs a warning when Redis may evict keys. It returns
 // ErrStarted when called twice and ErrClosed after Close.
 func (q *DelayQueue) Start(ctx context.Context) error {
@@ -173,7 +173,7 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 	q.started, q.cancel, q.handlers, q.stopped = true, cancel, handlers, stopped
 	q.mu.Unlock()
 
-	// No lock is held from here on, as these talk to Redis. The handlers
+	// No lock is held from here on, as these talk to Redis. The bucket handlers
 	// look at their buckets at once; the confirmation of their wake-up
 	// channels makes them look again, so a push in between is not missed.
 	q.warnEviction(ctx)
@@ -186,12 +186,11 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 // closeTimeout bounds the work Close does in Redis: releasing the leases.
 const closeTimeout = 10 * time.Second
 
-// Close stops the handlers, releases their leases so that other processes
-// take the buckets over at once, and ends waiting Pops with ErrClosed. It
-// waits for every goroutine of the queue, or returns ctx.Err() when ctx ends
-// first; the shutdown then goes on, for at most 10 seconds. Jobs stay in
-// Redis. Calling Close again waits for the same shutdown and returns what
-// it returned.
+// Close stops the bucket handlers, releases their leases so that other processes
+// take the buckets over at once, and ends waiting Pops with ErrClosed. It waits
+// for every goroutine of the queue, or returns ctx.Err() when ctx ends first;
+// the shutdown then goes on, for at most 10 seconds. Jobs stay in Redis. Calling
+// Close again waits for the same shutdown and returns what it returned.
 func (q *DelayQueue) Close(ctx context.Context) error {
 	q.closeOnce.Do(func() {
 		q.closed.Store(true)
@@ -221,7 +220,7 @@ func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stoppe
 	err := q.stopHandlers(ctx, cancel, stopped, handlers)
 	if notes != nil {
 		// Closing it is local: a short bound of its own, should the
-		// handlers have used up ctx.
+		// bucket handlers have used up ctx.
 		nctx, stop := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer stop()
 		err = errors.Join(err, notes.close(nctx))
@@ -229,7 +228,7 @@ func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stoppe
 	return err
 }
 
-// stopHandlers ends the handlers and releases their leases.
+// stopHandlers ends the bucket handlers and releases their leases.
 func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler) error {
 	if cancel == nil {
 		return nil // never started
@@ -238,7 +237,7 @@ func (q *DelayQueue) stopHandlers(ctx context.Context, cancel context.CancelFunc
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		// A handler is stuck in a call that its client's timeouts will
+		// A bucket handler is stuck in a call that its client's timeouts will
 		// end; its lease runs out on its own.
 		return ctx.Err()
 	}

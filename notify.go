@@ -14,20 +14,19 @@ import (
 )
 
 // notifier carries the queue's wake-ups over pub/sub: each bucket's wake
-// channel ("<µs until due>" or "free") to the bucket's handler, and each
+// channel ("<µs until due>" or "free") to the bucket handler, and each
 // bucket's ready channel of a topic ("<count>" or "<count>:<move mark>") to
 // the Pops of that topic. On Redis Cluster the channels are sharded
 // (SSUBSCRIBE), one connection per bucket to the master that owns it;
 // elsewhere one connection carries all.
 //
-// Nobody waits for a subscription: a handler moves and a Pop looks at Redis
-// at once, and every confirmation of a subscription, the first one and
-// those that follow a reconnect (pub/sub loses what is published while it is
-// not subscribed), makes everyone behind the channel look at Redis again.
-// When a bucket's slot moves to another master, that master's Redis drops
-// the sharded subscriptions; the notifier then subscribes anew on the
-// bucket's new master. No lock of the notifier is held while it talks to
-// Redis.
+// Nobody waits for a subscription: a bucket handler moves and a Pop looks at
+// Redis at once, and every confirmation of a subscription, the first one and
+// those that follow a reconnect (pub/sub loses what is published while it is not
+// subscribed), makes everyone behind the channel look at Redis again. When a
+// bucket's slot moves to another master, that master's Redis drops the sharded
+// subscriptions; the notifier then subscribes anew on the bucket's new master.
+// No lock of the notifier is held while it talks to Redis.
 type notifier struct {
 	env     notifierEnv
 	sharded bool
@@ -67,13 +66,13 @@ type bucketWaker interface {
 	wake(delay time.Duration)
 	// leaseFreed says the bucket's lease was released.
 	leaseFreed()
-	// wokeFromReply reports whether a ready notification of topic, marked
-	// by the move that sent it, comes from this handler's own move, whose
-	// reply woke this process's consumers already.
+	// wokeFromReply reports whether a ready notification of topic, marked by the
+	// move that sent it, comes from this bucket handler's own move, whose reply
+	// woke this process's consumers already.
 	wokeFromReply(mark, topic string) bool
 }
 
-// route is what a channel carries: the wake-ups of a bucket's handler, or
+// route is what a channel carries: the wake-ups of a bucket handler, or
 // the ready jobs of a topic in a bucket.
 type route struct {
 	bucket int
@@ -170,7 +169,7 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	default:
 		payload, mark, _ := strings.Cut(payload, ":")
 		if h != nil && mark != "" && h.wokeFromReply(mark, r.topic) {
-			return // this process's handler woke its consumers from the move's reply
+			return // this process's bucket handler woke its consumers from the move's reply
 		}
 		count, err := strconv.Atoi(payload)
 		if err != nil {

@@ -73,9 +73,9 @@ func WithMaxAttempts(n int) Option { return optionFunc(func(o *options) { o.maxA
 // WithMaxBodySize sets the largest body Push accepts, in bytes. Default: 1 MiB.
 func WithMaxBodySize(n int) Option { return optionFunc(func(o *options) { o.maxBody = n }) }
 
-// WithLease sets how long a bucket's handler lease lasts without renewal.
-// A handler renews it every third of this; when a process dies, another takes
-// its buckets over within one lease. Default: 30s.
+// WithLease sets how long a bucket lease lasts without renewal. A bucket handler
+// renews it every third of this; when a process dies, another takes its buckets
+// over within one lease. Default: 30s.
 func WithLease(d time.Duration) Option { return optionFunc(func(o *options) { o.lease = d }) }
 
 // WithBatchSize sets how many due jobs one script call moves at most, which
@@ -83,10 +83,10 @@ func WithLease(d time.Duration) Option { return optionFunc(func(o *options) { o.
 // which keeps each call under about 4 ms with a million jobs waiting.
 func WithBatchSize(n int) Option { return optionFunc(func(o *options) { o.batch = n }) }
 
-// WithSafetyPoll sets how often an idle handler and a waiting Pop look at
+// WithSafetyPoll sets how often an idle bucket handler and a waiting Pop look at
 // Redis without being woken, to cover a lost wake-up. Wake-ups are lost only
-// when the pub/sub connection drops, and a reconnect triggers a fresh look
-// too, so this can be long. Default: 10s.
+// when the pub/sub connection drops, and a reconnect triggers a fresh look too,
+// so this can be long. Default: 10s.
 func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options) { o.poll = d }) }
 
 // WithBackoff sets how long a failed job waits before its next delivery:
@@ -95,9 +95,9 @@ func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options)
 // time.Hour).
 func WithBackoff(b Backoff) Option { return optionFunc(func(o *options) { o.backoff = b }) }
 
-// WithDeadRetention makes the handlers delete dead jobs that have been dead
-// for longer than d; they look once per safety poll (WithSafetyPoll). Default: 0, dead jobs are kept until purged or
-// requeued.
+// WithDeadRetention makes the bucket handlers delete dead jobs that have been
+// dead for longer than d; they look once per safety poll (WithSafetyPoll).
+// Default: 0, dead jobs are kept until purged or requeued.
 func WithDeadRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }
@@ -111,7 +111,7 @@ func WithDeadRetention(d time.Duration) Option {
 // the job. At most 2^32-1 ms (49 days). Default: 0, none.
 func WithDedupWindow(d time.Duration) Option { return optionFunc(func(o *options) { o.dedup = d }) }
 
-// WithLogger sets the logger for the handlers' errors and warnings.
+// WithLogger sets the logger for the queue's errors and warnings.
 // Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 

@@ -131,18 +131,17 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 	return jobs, status, nil
 }
 
-// Pop reserves a ready job of topic, waiting up to timeout for one to
-// become ready: the oldest of the bucket it looks at, the buckets taken in
-// turn (so jobs come out in the order they became ready within a bucket,
-// and roughly so across buckets); a timeout of zero or less looks once without waiting. The
-// job is reserved for its TTR: Finish it before then, or it is delivered
-// again. Pop returns ErrNoJob when no job became ready in time, ctx.Err()
-// when ctx ends, ErrClosed when the queue is closed, and ErrInvalidTopic for
-// a bad topic. While it waits it sends Redis nothing: it is woken by the
-// handler that makes a job ready, in whichever process; jobs pushed with a
-// delay become ready only while some process has called Start. Finish
-// checks the reservation Pop returns (see Finish). It is safe for
-// concurrent use.
+// Pop reserves a ready job of topic, waiting up to timeout for one to become
+// ready: the oldest of the bucket it looks at, the buckets taken in turn (so
+// jobs come out in the order they became ready within a bucket, and roughly so
+// across buckets); a timeout of zero or less looks once without waiting. The job
+// is reserved for its TTR: Finish it before then, or it is delivered again. Pop
+// returns ErrNoJob when no job became ready in time, ctx.Err() when ctx ends,
+// ErrClosed when the queue is closed, and ErrInvalidTopic for a bad topic. While
+// it waits it sends Redis nothing: it is woken by the bucket handler that makes
+// a job ready, in whichever process; jobs pushed with a delay become ready only
+// while some process has called Start. Finish checks the reservation Pop returns
+// (see Finish). It is safe for concurrent use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
