@@ -104,7 +104,7 @@ func TestStaleConsumerCannotRetryTouchOrFinish(t *testing.T) {
 	})
 }
 
-func TestTouchExtendsTheLease(t *testing.T) {
+func TestTouchExtendsTheReservation(t *testing.T) {
 	ctx := context.Background()
 	q, _, _, advance := clockQueue(t)
 	pushed(t, q, &Job{Topic: "t", TTR: 10 * time.Second})
@@ -137,7 +137,7 @@ func TestReleaseGivesTheJobBackWithoutCountingTheAttempt(t *testing.T) {
 	})
 }
 
-func TestAReusedIDNeverSharesALease(t *testing.T) {
+func TestAReusedIDNeverSharesAReservationNumber(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client)
