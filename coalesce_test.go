@@ -82,10 +82,18 @@ func TestCoalescerBoundsABatch(t *testing.T) {
 	c := &coalescer[int]{max: 2, flush: g.flush}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	wg.Go(func() { assert.NoError(t, c.do(ctx, 0)) })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		assert.NoError(t, c.do(ctx, 0))
+	}()
 	<-g.held
 	for in := 1; in <= 5; in++ {
-		wg.Go(func() { assert.NoError(t, c.do(ctx, in)) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, c.do(ctx, in))
+		}()
 	}
 	queued(t, c, 5)
 	close(g.release)

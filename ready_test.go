@@ -257,7 +257,9 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 		seen := map[string]int{}
 		var wg sync.WaitGroup
 		for range 16 {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				for {
 					job, err := q.Pop(ctx, "t", 0)
 					if errors.Is(err, ErrNoJob) {
@@ -271,7 +273,7 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 					seen[job.ID]++
 					mu.Unlock()
 				}
-			})
+			}()
 		}
 		wg.Wait()
 		assert.Len(t, seen, n, "every job delivered")
@@ -299,13 +301,15 @@ func TestPopsOfManyJobsStayWithinAScriptsLimits(t *testing.T) {
 		taken := len(got)
 		var wg sync.WaitGroup
 		for range 4 {
-			wg.Go(func() { // coalesced calls that want more than one call may take
+			wg.Add(1)
+			go func() { // coalesced calls that want more than one call may take
+				defer wg.Done()
 				got, err := q.pop(ctx, "t", 2000, 0)
 				assert.NoError(t, err)
 				mu.Lock()
 				taken += len(got)
 				mu.Unlock()
-			})
+			}()
 		}
 		wg.Wait()
 		st, err := q.Stats(ctx, "t")
@@ -440,7 +444,9 @@ func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
 		var got atomic.Int64
 		var wg sync.WaitGroup
 		for range consumers {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				for got.Load() < jobs {
 					job, err := consumer.Pop(ctx, "t", 100*time.Millisecond)
 					if errors.Is(err, ErrNoJob) {
@@ -452,7 +458,7 @@ func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
 					assert.NoError(t, consumer.Finish(ctx, job.ID))
 					got.Add(1)
 				}
-			})
+			}()
 		}
 		subscribed(t, consumer, "t")
 		for range jobs {
