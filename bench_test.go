@@ -25,7 +25,8 @@ var benchBody = make([]byte, 128)
 // per job.
 func BenchmarkPush(b *testing.B) {
 	q, ctx := benchQueue(b), context.Background()
-	for b.Loop() {
+	b.ResetTimer()
+	for range b.N {
 		_, err := q.Push(ctx, &Job{Topic: "t", Body: benchBody, Delay: time.Hour})
 		require.NoError(b, err)
 	}
@@ -62,7 +63,7 @@ func BenchmarkPushPopFinishParallel(b *testing.B) {
 
 func BenchmarkDecodeJob(b *testing.B) {
 	v := encodeJob("orders", benchBody, 30000, 10, 1700000000000, 0, 0)
-	for b.Loop() {
+	for range b.N {
 		if _, err := decodeJob("5W1D22agZEq", v); err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"regexp"
@@ -71,7 +72,7 @@ func uniqueName(t testing.TB) string {
 	return fmt.Sprintf("%s.%d", n, nameSeq.Add(1))
 }
 
-var discard = slog.New(slog.DiscardHandler)
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newQueue opens a queue with a name of its own (unless opts name one) and
 // closes it when the test ends.

@@ -174,7 +174,9 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 		seen := map[string]int{}
 		var wg sync.WaitGroup
 		for range 16 {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				for {
 					job, err := q.Pop(ctx, "t", 0)
 					if errors.Is(err, ErrNoJob) {
@@ -188,7 +190,7 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 					seen[job.ID]++
 					mu.Unlock()
 				}
-			})
+			}()
 		}
 		wg.Wait()
 		assert.Len(t, seen, n, "every job delivered")
@@ -216,13 +218,15 @@ func TestPopsOfManyJobsStayWithinAScriptsLimits(t *testing.T) {
 		taken := len(got)
 		var wg sync.WaitGroup
 		for range 4 {
-			wg.Go(func() { // coalesced calls that want more than one call may take
+			wg.Add(1)
+			go func() { // coalesced calls that want more than one call may take
+				defer wg.Done()
 				got, err := q.pop(ctx, "t", 2000, 0)
 				assert.NoError(t, err)
 				mu.Lock()
 				taken += len(got)
 				mu.Unlock()
-			})
+			}()
 		}
 		wg.Wait()
 		st, err := q.Stats(ctx, "t")

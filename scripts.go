@@ -209,7 +209,11 @@ func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
 	}
 	var chunks [][]T
 	for _, b := range order {
-		chunks = slices.AppendSeq(chunks, slices.Chunk(groups[b], limit))
+		g := groups[b]
+		for i := 0; i < len(g); i += limit {
+			end := min(i+limit, len(g))
+			chunks = append(chunks, g[i:end:end])
+		}
 	}
 	return chunks
 }

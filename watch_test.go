@@ -111,7 +111,9 @@ func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
 		var got atomic.Int64
 		var wg sync.WaitGroup
 		for range consumers {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				for got.Load() < jobs {
 					job, err := consumer.Pop(ctx, "t", 100*time.Millisecond)
 					if errors.Is(err, ErrNoJob) {
@@ -123,7 +125,7 @@ func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
 					assert.NoError(t, consumer.Finish(ctx, job.ID))
 					got.Add(1)
 				}
-			})
+			}()
 		}
 		subscribed(t, consumer, "t")
 		for range jobs {
