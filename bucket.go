@@ -142,21 +142,21 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		return pushArgs{}, fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
 	if err := validateTopic(job.Topic); err != nil {
-		return pushArgs{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		return pushArgs{}, within(ErrInvalidJob, err)
 	}
 	if job.ID != "" {
 		if err := validateID(job.ID); err != nil {
-			return pushArgs{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+			return pushArgs{}, within(ErrInvalidJob, err)
 		}
 		if generated(job.ID) && job.nonce == 0 {
-			return pushArgs{}, fmt.Errorf("%w: %w: %q: IDs that begin with %q are the queue's own; push the Job that Push gave it, or use an ID of your own",
-				ErrInvalidJob, ErrInvalidID, job.ID, generatedMark)
+			return pushArgs{}, within(ErrInvalidJob, fmt.Errorf("%w: %q: IDs that begin with %q are the queue's own; push the Job that Push gave it, or use an ID of your own",
+				ErrInvalidID, job.ID, generatedMark))
 		}
 	}
 	var a pushArgs
 	switch {
 	case len(job.Body) > o.maxBody:
-		return a, fmt.Errorf("%w: %w: %d bytes, limit %d", ErrInvalidJob, ErrBodyTooLarge, len(job.Body), o.maxBody)
+		return a, within(ErrInvalidJob, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(job.Body), o.maxBody))
 	case job.Delay < 0:
 		return a, fmt.Errorf("%w: negative delay %v", ErrInvalidJob, job.Delay)
 	case job.Delay > 0 && !job.RunAt.IsZero():

@@ -1,6 +1,9 @@
 package delayqueue
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Errors returned by the queue. Match them with errors.Is: the returned error
 // usually wraps one of these with detail.
@@ -34,14 +37,16 @@ var (
 	// topic or ID, a negative delay or TTR, a body over the limit. Nothing is
 	// written to Redis.
 	ErrInvalidJob = errors.New("delayqueue: invalid job")
-	// ErrInvalidTopic is returned for an empty, over-long or malformed topic.
-	// It comes wrapped together with ErrInvalidJob when a job carries it.
+	// ErrInvalidTopic is returned for a topic that is not 1 to 200 bytes of
+	// printable UTF-8 with no spaces, '{' or '}' (which would change a key's
+	// hash tag). It comes together with ErrInvalidJob when a job carries it.
 	ErrInvalidTopic = errors.New("delayqueue: invalid topic")
 	// ErrBodyTooLarge is returned, together with ErrInvalidJob, for a body
 	// over the limit set by WithMaxBodySize.
 	ErrBodyTooLarge = errors.New("delayqueue: body too large")
-	// ErrInvalidID is returned for an ID that no job can have (empty, too
-	// long, or holding control characters).
+	// ErrInvalidID is returned for an ID that no job can have: an ID is 1
+	// to 200 bytes with no control characters, and only the IDs the queue
+	// generates begin with "~".
 	ErrInvalidID = errors.New("delayqueue: invalid job id")
 	// ErrInvalidOption is returned by New for an option out of range.
 	ErrInvalidOption = errors.New("delayqueue: invalid option")
@@ -57,3 +62,23 @@ var (
 	// ErrStarted is returned by Start when the queue was started already.
 	ErrStarted = errors.New("delayqueue: queue already started")
 )
+
+// both is an error that matches every error in errs (errors.Is, errors.As)
+// and reads as msg: for an error that is two of ours at once, such as
+// ErrInvalidJob and ErrInvalidTopic, without saying "delayqueue:" twice.
+type both struct {
+	msg  string
+	errs []error
+}
+
+func (e *both) Error() string   { return e.msg }
+func (e *both) Unwrap() []error { return e.errs }
+
+// within returns cause as one instance of kind: it matches both, and
+// reads "delayqueue: <kind>: <cause without its own prefix>".
+func within(kind, cause error) error {
+	return &both{
+		msg:  kind.Error() + ": " + strings.TrimPrefix(cause.Error(), "delayqueue: "),
+		errs: []error{kind, cause},
+	}
+}

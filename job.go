@@ -110,6 +110,9 @@ func generated(id string) bool { return strings.HasPrefix(id, generatedMark) }
 const (
 	maxTopicLen = 200
 	maxIDLen    = 200
+	// The grammars, as errors and docs state them.
+	topicGrammar = "a topic is 1 to 200 bytes of printable UTF-8 with no spaces, '{' or '}'"
+	idGrammar    = "an ID is 1 to 200 bytes with no control characters, and only the queue's own begin with '~'"
 )
 
 // validateTopic accepts 1 to 200 bytes of printable UTF-8 without spaces,
@@ -118,15 +121,15 @@ const (
 func validateTopic(topic string) error {
 	switch {
 	case topic == "":
-		return fmt.Errorf("%w: empty", ErrInvalidTopic)
+		return fmt.Errorf("%w: empty; %s", ErrInvalidTopic, topicGrammar)
 	case len(topic) > maxTopicLen:
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidTopic, len(topic), maxTopicLen)
+		return fmt.Errorf("%w: %d bytes; %s", ErrInvalidTopic, len(topic), topicGrammar)
 	case !utf8.ValidString(topic):
-		return fmt.Errorf("%w: %q is not UTF-8", ErrInvalidTopic, topic)
+		return fmt.Errorf("%w: %q is not UTF-8; %s", ErrInvalidTopic, topic, topicGrammar)
 	}
 	for _, r := range topic {
 		if r == '{' || r == '}' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: %q holds %q", ErrInvalidTopic, topic, r)
+			return fmt.Errorf("%w: %q holds %q; %s", ErrInvalidTopic, topic, r, topicGrammar)
 		}
 	}
 	return nil
@@ -136,13 +139,13 @@ func validateTopic(topic string) error {
 func validateID(id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("%w: empty", ErrInvalidID)
+		return fmt.Errorf("%w: empty; %s", ErrInvalidID, idGrammar)
 	case len(id) > maxIDLen:
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidID, len(id), maxIDLen)
+		return fmt.Errorf("%w: %d bytes; %s", ErrInvalidID, len(id), idGrammar)
 	}
 	for _, r := range id {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %q holds a control character", ErrInvalidID, id)
+			return fmt.Errorf("%w: %q holds a control character; %s", ErrInvalidID, id, idGrammar)
 		}
 	}
 	return nil

@@ -51,10 +51,23 @@ func TestPushRejectsBadJobsAndWritesNothing(t *testing.T) {
 					assert.ErrorIs(t, err, want)
 				}
 				assert.Empty(t, id)
+				require.Error(t, err)
+				assert.Equal(t, 1, strings.Count(err.Error(), "delayqueue:"), "one prefix: %v", err)
+				assert.True(t, strings.HasPrefix(err.Error(), "delayqueue: invalid job"), err.Error())
 			})
 		}
 		assert.Equal(t, before, keysOf(t, be.client), "a refused push must write nothing")
 	})
+}
+
+func TestInvalidTopicsAndIDsSayTheGrammar(t *testing.T) {
+	q := newQueue(t, miniredisClient(t))
+	_, err := q.Push(context.Background(), &Job{Topic: "bad topic!"})
+	assert.EqualError(t, err, `delayqueue: invalid job: invalid topic: "bad topic!" holds ' '; `+topicGrammar)
+	_, err = q.Push(context.Background(), &Job{Topic: "t", ID: "a\x00b"})
+	assert.EqualError(t, err, `delayqueue: invalid job: invalid job id: "a\x00b" holds a control character; `+idGrammar)
+	_, err = q.Pop(context.Background(), "", 0)
+	assert.EqualError(t, err, "delayqueue: invalid topic: empty; "+topicGrammar)
 }
 
 func TestPushAcceptsUnicodeTopicsAndBinaryBodies(t *testing.T) {
