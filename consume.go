@@ -11,7 +11,10 @@ import (
 
 // Handler does the work of one job. Returning nil finishes the job; an error
 // (or a panic) retries it after the queue's backoff, or sends it to the dead
-// letters when its attempts ran out. While it runs, Consume extends the
+// letters when its attempts ran out. An error that is or wraps ErrSkipRetry
+// sends the job to the dead letters now; RetryIn retries it after a delay
+// of the handler's choosing; Snooze puts it back without counting the
+// attempt. While it runs, Consume extends the
 // job's reservation in the background, so that no other consumer receives
 // it. ctx ends at the consumer's MaxRunTime, when the job's reservation is
 // lost (context.Cause matches ErrReservationLost) or the job removed

@@ -70,3 +70,36 @@ func ExampleDelayQueue_Remove() {
 	// Output:
 	// <nil>
 }
+
+// A handler says what should happen to a job that it could not do.
+func ExampleRetryIn() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	deliver := func(status int, retryAfter time.Duration) error {
+		switch {
+		case status == 429:
+			return delayqueue.RetryIn(retryAfter, fmt.Errorf("webhook answered %d", status))
+		case status >= 400 && status < 500:
+			return fmt.Errorf("webhook answered %d: %w", status, delayqueue.ErrSkipRetry)
+		case status >= 500:
+			return fmt.Errorf("webhook answered %d", status) // the queue's backoff
+		}
+		return nil
+	}
+	for _, status := range []int{404, 429} {
+		id, _ := q.Push(ctx, &delayqueue.Job{Topic: "webhook"})
+		job, _ := q.Pop(ctx, "webhook", 0)
+		_ = q.Retry(ctx, job, deliver(status, 30*time.Second)) // as Consume does with a handler's error
+		got, _ := q.Get(ctx, id)
+		fmt.Println(status, got.State, got.LastError)
+	}
+	// Output:
+	// 404 dead webhook answered 404: delayqueue: skip retry
+	// 429 delayed webhook answered 429
+}

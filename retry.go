@@ -74,7 +74,10 @@ func errorText(cause error) string {
 // Retry tells the queue that a popped job failed with cause: it is delivered
 // again after the queue's backoff for its attempt (WithBackoff), or goes to
 // its topic's dead letters when it has had MaxAttempts deliveries. cause
-// becomes the job's LastError. Retry returns ErrReservationLost when job's
+// becomes the job's LastError. A cause that is (or wraps) ErrSkipRetry,
+// RetryIn or Snooze settles the job as that outcome says instead: dead
+// now, after its own delay, or back without counting the attempt. Retry
+// returns ErrReservationLost when job's
 // reservation is gone (it ran out and the job went back to ready or to
 // another consumer) and ErrNotFound when the job was removed; then nothing
 // changes.
@@ -85,13 +88,25 @@ func (q *DelayQueue) Retry(ctx context.Context, job *Job, cause error) error {
 	return q.retry(ctx, job, cause)
 }
 
-// retry is Retry on a queue that may be closed (see finish).
+// retry is Retry on a queue that may be closed (see finish). It settles the
+// job by the outcome cause names (ErrSkipRetry, RetryIn, Snooze), or else
+// retries it after the queue's backoff.
 func (q *DelayQueue) retry(ctx context.Context, job *Job, cause error) error {
 	if job == nil {
 		return fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
+	var snooze *SnoozeError
+	var retryIn *RetryInError
+	switch {
+	case errors.Is(cause, ErrSkipRetry):
+		return q.retryAfter(ctx, job, 0, cause, retryDead)
+	case errors.As(cause, &snooze):
+		return q.retryAfter(ctx, job, max(snooze.Delay, 0), cause, retrySnooze)
+	case errors.As(cause, &retryIn):
+		return q.retryAfter(ctx, job, max(retryIn.Delay, 0), retryIn.Cause, retryCounted)
+	}
 	// A Backoff of the user's that returns a negative wait retries at once.
-	return q.retryAfter(ctx, job, max(q.opts.backoff(job.Attempts), 0), cause)
+	return q.retryAfter(ctx, job, max(q.opts.backoff(job.Attempts), 0), cause, retryCounted)
 }
 
 // RetryAfter is Retry with the delay given instead of the queue's backoff.
@@ -100,10 +115,17 @@ func (q *DelayQueue) RetryAfter(ctx context.Context, job *Job, delay time.Durati
 	if q.closed.Load() {
 		return ErrClosed
 	}
-	return q.retryAfter(ctx, job, delay, cause)
+	return q.retryAfter(ctx, job, delay, cause, retryCounted)
 }
 
-func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Duration, cause error) error {
+// retry.lua's modes.
+const (
+	retryCounted = "retry"  // the attempt counts; dead when they ran out
+	retryDead    = "dead"   // to the dead letters now
+	retrySnooze  = "snooze" // back after the delay, the attempt not counted
+)
+
+func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Duration, cause error, mode string) error {
 	b, err := reservedBucket(job, q.opts.buckets)
 	if err != nil {
 		return err
@@ -114,7 +136,7 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptRetry,
 		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics},
-		job.ID, job.reservation, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub,
+		job.ID, job.reservation, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub, mode,
 	).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)

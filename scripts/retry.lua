@@ -1,10 +1,13 @@
 -- retry.lua: a consumer failed a reserved job: deliver it again after a
--- delay, or move it to the dead letters when its attempts ran out.
+-- delay, or move it to the dead letters when its attempts ran out. Or, as
+-- the handler asked: to the dead letters now ("dead"), or back after the
+-- delay without counting the attempt ("snooze").
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6..] records
 -- of answered reserve calls, to delete
 -- ARGV[1] job id  ARGV[2] reservation  ARGV[3] delay ms  ARGV[4] error text
 -- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] publish command
+-- ARGV[8] mode: "retry", "dead" or "snooze" (the error text is then kept)
 -- returns {1, due_ms} delayed, {2} dead, {0} no such job,
 -- {-1} the caller's reservation is gone (the job is not reserved under it)
 -- Running it twice retries once: the second run finds the reservation gone.
@@ -14,13 +17,18 @@ local id, reservation, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 forget_records(6)
 local wake, ready_channel, pub = ARGV[5], ARGV[6], ARGV[7]
 
+local mode = ARGV[8]
 local job, status = held(pool, id, reservation)
 if not job then
   return {status}
 end
-job.err = ARGV[4]
+if mode == 'snooze' then
+  job.attempts = math.max(job.attempts - 1, 0)
+else
+  job.err = ARGV[4]
+end
 local now = now_us()
-if job.attempts >= job.max then
+if mode == 'dead' or (mode ~= 'snooze' and job.attempts >= job.max) then
   kill(pool, dead_prefix, dead_topics, id, job, now)
   redis.call('ZREM', bucket, id)
   return {2}

@@ -1,0 +1,60 @@
+package delayqueue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Handler outcomes. A Consume handler returns nil to finish its job, and an
+// error to retry it after the queue's backoff; these errors say otherwise.
+// They may be wrapped (fmt.Errorf with %w), and Retry honours them too.
+
+// ErrSkipRetry, returned by a handler or wrapped in its error, sends the
+// job to the dead letters at once, whatever attempts it has left, with the
+// error as its LastError: for a failure that no retry can mend, such as a
+// webhook answered 404.
+//
+//	return fmt.Errorf("webhook answered %d: %w", resp.StatusCode, delayqueue.ErrSkipRetry)
+var ErrSkipRetry = errors.New("delayqueue: skip retry")
+
+// RetryIn returns an error that, returned by a handler, retries the job
+// after delay instead of the queue's backoff: for a server that said when
+// to come back (HTTP 429 with Retry-After). The attempt counts: a job out
+// of attempts goes to the dead letters. cause becomes its LastError.
+func RetryIn(delay time.Duration, cause error) error {
+	return &RetryInError{Delay: delay, Cause: cause}
+}
+
+// RetryInError is what RetryIn returns; match it with errors.As.
+type RetryInError struct {
+	Delay time.Duration
+	Cause error
+}
+
+func (e *RetryInError) Error() string {
+	if e.Cause == nil {
+		return fmt.Sprintf("delayqueue: retry in %v", e.Delay)
+	}
+	return fmt.Sprintf("delayqueue: retry in %v: %v", e.Delay, e.Cause)
+}
+
+func (e *RetryInError) Unwrap() error { return e.Cause }
+
+// Snooze returns an error that, returned by a handler, puts the job back
+// for delay without counting the attempt and without recording an error:
+// for a job that is not ready to be done yet (a rate limit of its own, a
+// resource still being prepared). A job snoozed forever never reaches the
+// dead letters.
+func Snooze(delay time.Duration) error {
+	return &SnoozeError{Delay: delay}
+}
+
+// SnoozeError is what Snooze returns; match it with errors.As.
+type SnoozeError struct {
+	Delay time.Duration
+}
+
+func (e *SnoozeError) Error() string {
+	return fmt.Sprintf("delayqueue: snooze for %v", e.Delay)
+}

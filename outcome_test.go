@@ -1,0 +1,102 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRetryHonoursTheOutcomeItsCauseNames(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBackoff(BackoffSchedule(time.Hour)), WithMaxAttempts(5))
+		pop := func(id string) *Job {
+			t.Helper()
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			require.Equal(t, id, job.ID)
+			return job
+		}
+		state := func(id string) *Job {
+			t.Helper()
+			got, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			return got
+		}
+
+		// Dead now, four attempts left.
+		id := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, q.Retry(ctx, pop(id), fmt.Errorf("webhook answered 404: %w", ErrSkipRetry)))
+		got := state(id)
+		assert.Equal(t, StateDead, got.State)
+		assert.Equal(t, 1, got.Attempts)
+		assert.Equal(t, "webhook answered 404: delayqueue: skip retry", got.LastError)
+
+		// Its own delay instead of the hour of backoff; the attempt counts.
+		id = pushed(t, q, &Job{Topic: "t"})
+		before := time.Now()
+		require.NoError(t, q.Retry(ctx, pop(id), fmt.Errorf("wrapped: %w", RetryIn(2*time.Minute, errors.New("429")))))
+		got = state(id)
+		assert.Equal(t, StateDelayed, got.State)
+		assert.Equal(t, "429", got.LastError, "the cause given to RetryIn")
+		assert.WithinRange(t, got.RunAt, before.Add(2*time.Minute-time.Second), before.Add(2*time.Minute+10*time.Second))
+		require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
+		assert.Equal(t, 2, pop(id).Attempts)
+
+		// Snoozed: back after its delay, the attempt not counted, no error.
+		id = pushed(t, q, &Job{Topic: "t", MaxAttempts: 1})
+		job := pop(id)
+		require.NoError(t, q.Retry(ctx, job, Snooze(time.Minute)))
+		got = state(id)
+		assert.Equal(t, StateDelayed, got.State, "not dead, though its one attempt was used")
+		assert.Zero(t, got.Attempts)
+		assert.Empty(t, got.LastError)
+		require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
+		assert.Equal(t, 1, pop(id).Attempts)
+	})
+}
+
+func TestConsumeSettlesByTheHandlersOutcome(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBackoff(BackoffSchedule(time.Hour)), WithMaxAttempts(5))
+		dead := pushed(t, q, &Job{Topic: "t", Body: []byte("dead")})
+		snoozed := pushed(t, q, &Job{Topic: "t", Body: []byte("snooze")})
+		var ran atomic.Int32
+		consumeUntil(t, q, func(_ context.Context, job *Job) error {
+			ran.Add(1)
+			if string(job.Body) == "dead" {
+				return fmt.Errorf("bad request: %w", ErrSkipRetry)
+			}
+			return Snooze(time.Hour)
+		}, ConsumeOptions{Concurrency: 2}, func() bool { return ran.Load() == 2 })
+		require.Eventually(t, func() bool {
+			d, err1 := q.Get(ctx, dead)
+			s, err2 := q.Get(ctx, snoozed)
+			return err1 == nil && err2 == nil && d.State == StateDead && s.State == StateDelayed
+		}, 30*time.Second, time.Millisecond)
+		s, err := q.Get(ctx, snoozed)
+		require.NoError(t, err)
+		assert.Zero(t, s.Attempts, "a snooze does not count")
+	})
+}
+
+func TestOutcomeErrorsReadAndUnwrap(t *testing.T) {
+	cause := errors.New("429")
+	err := RetryIn(time.Second, cause)
+	assert.EqualError(t, err, "delayqueue: retry in 1s: 429")
+	assert.ErrorIs(t, err, cause)
+	var r *RetryInError
+	require.ErrorAs(t, fmt.Errorf("x: %w", err), &r)
+	assert.Equal(t, time.Second, r.Delay)
+	var s *SnoozeError
+	require.ErrorAs(t, fmt.Errorf("x: %w", Snooze(time.Minute)), &s)
+	assert.Equal(t, time.Minute, s.Delay)
+	assert.EqualError(t, Snooze(time.Minute), "delayqueue: snooze for 1m0s")
+}
