@@ -352,11 +352,31 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint
 	return r, nil
 }
 
+// RescheduleIn moves a delayed or ready job to be due after delay from now,
+// on the server's clock; zero makes it ready now. It returns ErrNotPending
+// for a reserved or dead job, ErrNotFound when no such job exists, and
+// ErrInvalidJob for a negative delay.
+func (q *DelayQueue) RescheduleIn(ctx context.Context, id string, delay time.Duration) error {
+	return q.Reschedule(ctx, id, delay, time.Time{})
+}
+
+// RescheduleAt moves a delayed or ready job to be due at t; a t in the past
+// makes it ready now. It returns ErrNotPending for a reserved or dead job,
+// ErrNotFound when no such job exists, and ErrInvalidJob for a zero t or
+// one past August 10889.
+func (q *DelayQueue) RescheduleAt(ctx context.Context, id string, t time.Time) error {
+	if t.IsZero() {
+		return fmt.Errorf("%w: zero time", ErrInvalidJob)
+	}
+	return q.Reschedule(ctx, id, 0, t)
+}
+
 // Reschedule moves a delayed or ready job to a new due time: after delay
-// from now on the server's clock, or at runAt when it is not zero. It
-// returns ErrNotPending for a reserved or dead job, ErrNotFound when no
-// such job exists, and ErrInvalidJob for a negative delay or a runAt past
-// August 10889.
+// from now, or at runAt when it is not zero. Giving both returns
+// ErrInvalidJob, as Push does.
+//
+// Deprecated: use RescheduleIn or RescheduleAt, which cannot be given two
+// times.
 func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {
@@ -364,6 +384,9 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 	}
 	if delay < 0 {
 		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
+	}
+	if delay > 0 && !runAt.IsZero() {
+		return fmt.Errorf("%w: both a delay and a time", ErrInvalidJob)
 	}
 	delayMs, dueMs := ceilMs(delay), int64(0)
 	if !runAt.IsZero() {

@@ -206,25 +206,31 @@ func TestReschedule(t *testing.T) {
 	ctx := context.Background()
 	q, _, _, advance := clockQueue(t)
 	id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
-	require.NoError(t, q.Reschedule(ctx, id, time.Minute, time.Time{}))
+	require.NoError(t, q.RescheduleIn(ctx, id, time.Minute))
 	advance(time.Minute)
+	now := time.UnixMilli(1_700_000_000_000).Add(time.Minute) // the server's clock
 	res, err := q.moveDue(ctx, 0, "token", 0, false)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.moved, "due after the new delay")
 
 	// A ready job can be put off again; its stale list entry is skipped.
-	require.NoError(t, q.Reschedule(ctx, id, time.Hour, time.Time{}))
+	require.NoError(t, q.RescheduleAt(ctx, id, now.Add(time.Hour)))
 	_, err = q.Pop(ctx, "t", 0)
 	assert.ErrorIs(t, err, ErrNoJob)
-	require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, now.Add(time.Hour).UnixMilli(), got.RunAt.UnixMilli())
+	require.NoError(t, q.RescheduleAt(ctx, id, now.Add(-time.Hour)), "a time in the past: ready now")
 	job, err := q.Pop(ctx, "t", 0)
 	require.NoError(t, err)
 	assert.Equal(t, id, job.ID)
 
-	assert.ErrorIs(t, q.Reschedule(ctx, id, time.Minute, time.Time{}), ErrNotPending)
-	assert.ErrorIs(t, q.Reschedule(ctx, "nope", time.Minute, time.Time{}), ErrNotFound)
-	assert.ErrorIs(t, q.Reschedule(ctx, id, -time.Minute, time.Time{}), ErrInvalidJob)
-	assert.ErrorIs(t, q.Reschedule(ctx, id, 0, maxRunAt.Add(time.Millisecond)), ErrInvalidJob)
+	assert.ErrorIs(t, q.RescheduleIn(ctx, id, time.Minute), ErrNotPending)
+	assert.ErrorIs(t, q.RescheduleIn(ctx, "nope", time.Minute), ErrNotFound)
+	assert.ErrorIs(t, q.RescheduleIn(ctx, id, -time.Minute), ErrInvalidJob)
+	assert.ErrorIs(t, q.RescheduleAt(ctx, id, maxRunAt.Add(time.Millisecond)), ErrInvalidJob)
+	assert.ErrorIs(t, q.RescheduleAt(ctx, id, time.Time{}), ErrInvalidJob, "a zero time is a mistake, not now")
+	assert.ErrorIs(t, q.Reschedule(ctx, id, time.Minute, time.Now()), ErrInvalidJob, "two times at once")
 }
 
 func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {

@@ -188,11 +188,11 @@ func FuzzDueTimesAreNeverEarly(f *testing.F) {
 		case 3: // Reschedule with a delay
 			id = pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
 			asked, refused = now.Add(delay), delay < 0
-			err = q.Reschedule(ctx, id, delay, time.Time{})
+			err = q.RescheduleIn(ctx, id, delay)
 		case 4: // Reschedule at a time
 			id = pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
-			asked, refused = runAt, runAt.After(maxRunAt)
-			err = q.Reschedule(ctx, id, 0, runAt)
+			asked, refused = runAt, runAt.IsZero() || runAt.After(maxRunAt)
+			err = q.RescheduleAt(ctx, id, runAt)
 		}
 		if refused {
 			require.ErrorIs(t, err, ErrInvalidJob)
@@ -253,7 +253,7 @@ func TestTheLargestDurationsStayInTheFuture(t *testing.T) {
 		delayed(pushed(t, q, &Job{Topic: "t", Delay: math.MaxInt64}))
 
 		id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
-		require.NoError(t, q.Reschedule(ctx, id, math.MaxInt64, time.Time{}))
+		require.NoError(t, q.RescheduleIn(ctx, id, math.MaxInt64))
 		delayed(id)
 
 		id = pushed(t, q, &Job{Topic: "u"})

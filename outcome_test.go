@@ -46,7 +46,7 @@ func TestRetryHonoursTheOutcomeItsCauseNames(t *testing.T) {
 		assert.Equal(t, StateDelayed, got.State)
 		assert.Equal(t, "429", got.LastError, "the cause given to RetryIn")
 		assert.WithinRange(t, got.RunAt, before.Add(2*time.Minute-time.Second), before.Add(2*time.Minute+10*time.Second))
-		require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
+		require.NoError(t, q.RescheduleIn(ctx, id, 0))
 		assert.Equal(t, 2, pop(id).Attempts)
 
 		// Snoozed: back after its delay, the attempt not counted, no error.
@@ -57,7 +57,7 @@ func TestRetryHonoursTheOutcomeItsCauseNames(t *testing.T) {
 		assert.Equal(t, StateDelayed, got.State, "not dead, though its one attempt was used")
 		assert.Zero(t, got.Attempts)
 		assert.Empty(t, got.LastError)
-		require.NoError(t, q.Reschedule(ctx, id, 0, time.Time{}))
+		require.NoError(t, q.RescheduleIn(ctx, id, 0))
 		assert.Equal(t, 1, pop(id).Attempts)
 	})
 }
