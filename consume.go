@@ -52,7 +52,10 @@ type ConsumeOptions struct {
 const defaultMaxRunTime = 30 * time.Minute
 
 // Consume pops jobs of topic and runs handler on each, up to Concurrency at a
-// time, until ctx ends or the queue is closed. A handler's success finishes
+// time, until ctx ends or the queue is closed. Jobs pushed with a delay
+// reach it only while at least one process has called Start (a worker
+// usually calls Start and then Consume); as Pop, it logs a warning when
+// none has. A handler's success finishes
 // its job; an error or a panic retries it with backoff and records the
 // error as the job's LastError. While a handler runs, its job's reservation
 // is extended (see MaxRunTime). When ctx ends, Consume stops popping, lets

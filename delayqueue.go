@@ -28,7 +28,8 @@ type DelayQueue struct {
 	reserves batch.Lanes[*reserveCall] // ready.go
 	finishes batch.Lanes[*finishCall]  // pool.go
 
-	held heldSet // reservations Pop returned, for Finish to check
+	held       heldSet    // reservations Pop returned, for Finish to check
+	startWatch startWatch // warns when consumers wait and nobody started
 
 	// Reserve calls: their names, how long their records live, and the
 	// records to delete (see reserve.lua).
@@ -61,7 +62,10 @@ const initTimeout = 10 * time.Second
 // the job encoding on first use, and otherwise checks them: a disagreement
 // returns ErrBucketMismatch or ErrFormatMismatch. Bad options return
 // ErrInvalidOption. New talks to Redis once, for at most 10 seconds, and starts
-// no goroutine; the client is never closed by the queue.
+// no goroutine; the client is never closed by the queue. A queue opened
+// with New can Push, Pop and Consume, but jobs pushed with a delay become
+// ready only while at least one process that opened the queue has called
+// Start: producers need not, workers should.
 func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)

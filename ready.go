@@ -139,9 +139,11 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 // returns ErrNoJob when no job became ready in time, ctx.Err() when ctx ends,
 // ErrClosed when the queue is closed, and ErrInvalidTopic for a bad topic. While
 // it waits it sends Redis nothing: it is woken by the bucket handler that makes
-// a job ready, in whichever process; jobs pushed with a delay become ready only
-// while some process has called Start. Finish checks the reservation Pop returns
-// (see Finish). It is safe for concurrent use.
+// a job ready, in whichever process. Jobs pushed with a delay become ready only
+// while at least one process has called Start: a process that waits in Pop
+// on a queue whose buckets have had no handler for a safety poll or more
+// logs a warning saying so. Finish checks the reservation Pop returns (see
+// Finish). It is safe for concurrent use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
@@ -236,6 +238,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			// process, whoever's timer fires (Consume's and short Pops'
 			// timers never outlast a poll).
 			w.pollDue(q.opts.poll)
+			q.checkStarted(ctx)
 		}
 	}
 }
