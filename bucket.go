@@ -29,24 +29,41 @@ import (
 // to Redis, the Push calls that follow wait and then go together, one
 // script call per bucket, in one round trip.
 func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
+	res, err := q.PushWithResult(ctx, job)
+	return res.ID, err
+}
+
+// PushResult is what a push did with one job.
+type PushResult struct {
+	ID string
+	// Existed is set when a job with this ID existed already, or the ID was
+	// still taken by its dedup window: nothing changed, neither body nor
+	// due time. A job pushed again under the ID that the queue generated
+	// for it is the same job pushed twice, and does not set it.
+	Existed bool
+}
+
+// PushWithResult is Push, and says whether the job was created or existed
+// already.
+func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, error) {
 	if q.closed.Load() {
-		return "", ErrClosed
+		return PushResult{}, ErrClosed
 	}
 	a, err := q.opts.prepare(job)
 	if err != nil {
-		return "", err
+		return PushResult{}, err
 	}
 	for renewals := 0; ; renewals++ {
 		prefix := q.assignID(job, &a)
 		// Concurrent Push calls share round trips and script calls.
 		if err := q.pushes.For(a.bucket).Do(ctx, &a); err != nil {
-			return "", err
+			return PushResult{}, err
 		}
 		if a.status != pushTaken {
-			return job.ID, nil
+			return PushResult{ID: job.ID, Existed: a.status == pushExisted}, nil
 		}
 		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
-			return "", err
+			return PushResult{}, err
 		}
 		job.ID = "" // a new one, then
 	}
@@ -63,6 +80,20 @@ const maxPushChunk = 1000
 // PushMany again with the same jobs after an error pushes none of them
 // twice. Jobs whose ID exists already are left alone, as in Push.
 func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error) {
+	res, err := q.PushManyWithResults(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids, nil
+}
+
+// PushManyWithResults is PushMany, and says of each job whether it was
+// created or existed already.
+func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]PushResult, error) {
 	if q.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -74,11 +105,9 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 		}
 		args[i] = a
 	}
-	ids := make([]string, len(jobs))
 	prefixes := make([]*string, len(jobs))
 	for i, job := range jobs {
 		prefixes[i] = q.assignID(job, &args[i])
-		ids[i] = job.ID
 	}
 	pending := make([]*pushArgs, len(args))
 	for i := range args {
@@ -101,12 +130,15 @@ func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error
 				}
 				jobs[i].ID = "" // a new one, then
 				prefixes[i] = q.assignID(jobs[i], a)
-				ids[i] = jobs[i].ID
 				pending = append(pending, a)
 			}
 		}
 		if len(pending) == 0 {
-			return ids, nil
+			res := make([]PushResult, len(args))
+			for i, a := range args {
+				res[i] = PushResult{ID: a.id, Existed: a.status == pushExisted}
+			}
+			return res, nil
 		}
 	}
 }

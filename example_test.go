@@ -103,3 +103,26 @@ func ExampleRetryIn() {
 	// 404 dead webhook answered 404: delayqueue: skip retry
 	// 429 delayed webhook answered 429
 }
+
+// A re-sent event must not change the job it created first; the caller
+// learns that it was a duplicate.
+func ExampleDelayQueue_PushWithResult() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	for _, body := range []string{"v1", "v2"} {
+		res, _ := q.PushWithResult(ctx, &delayqueue.Job{ID: "event-7", Topic: "events", Body: []byte(body), Delay: time.Minute})
+		fmt.Println(res.ID, "existed:", res.Existed)
+	}
+	job, _ := q.Get(ctx, "event-7")
+	fmt.Println(string(job.Body))
+	// Output:
+	// event-7 existed: false
+	// event-7 existed: true
+	// v1
+}

@@ -275,3 +275,33 @@ func TestTombstonesGoWhenTheirWindowEnds(t *testing.T) {
 		return true
 	}, 30*time.Second, 10*time.Millisecond, "a started queue deletes tombstones past their window")
 }
+
+func TestPushSaysWhetherItCreatedTheJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		res, err := q.PushWithResult(ctx, &Job{ID: "order-1", Topic: "t", Body: []byte("first")})
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: "order-1"}, res)
+		res, err = q.PushWithResult(ctx, &Job{ID: "order-1", Topic: "t", Body: []byte("second")})
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: "order-1", Existed: true}, res)
+		got, err := q.Get(ctx, "order-1")
+		require.NoError(t, err)
+		assert.Equal(t, "first", string(got.Body), "an existing job is left as it was")
+
+		generated := &Job{Topic: "t"}
+		res, err = q.PushWithResult(ctx, generated)
+		require.NoError(t, err)
+		assert.False(t, res.Existed)
+		res, err = q.PushWithResult(ctx, generated)
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: generated.ID}, res, "the same job pushed twice")
+
+		results, err := q.PushManyWithResults(ctx, []*Job{
+			{ID: "order-1", Topic: "t"}, {ID: "order-2", Topic: "t"}, {ID: "order-2", Topic: "t"},
+		})
+		require.NoError(t, err)
+		assert.Equal(t, []PushResult{{ID: "order-1", Existed: true}, {ID: "order-2"}, {ID: "order-2", Existed: true}}, results)
+	})
+}
