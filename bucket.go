@@ -143,6 +143,43 @@ func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]Pu
 	}
 }
 
+// Upsert creates job, or replaces the delayed or ready job with its ID, in
+// one script: body, topic, TTR, max attempts and due time (Delay or RunAt)
+// become job's, and attempts and last error start over, as if pushed anew.
+// It is the call that moves an appointment's reminder, whatever state the
+// reminder is in. job must carry an ID of the caller's (ErrInvalidJob
+// otherwise). A reserved job is not replaced: a consumer holds it, and
+// Upsert returns ErrNotPending (Remove it, or wait for its outcome); nor is
+// a dead one (RequeueDead or PurgeDead it first). Unlike Push, Upsert
+// creates a job whose ID is still taken by a dedup window, and clears the
+// window. The result's Existed is set when a job was replaced.
+func (q *DelayQueue) Upsert(ctx context.Context, job *Job) (PushResult, error) {
+	if q.closed.Load() {
+		return PushResult{}, ErrClosed
+	}
+	if job != nil && (job.ID == "" || generated(job.ID)) {
+		return PushResult{}, fmt.Errorf("%w: Upsert needs an ID of the caller's", ErrInvalidJob)
+	}
+	a, err := q.opts.prepare(job)
+	if err != nil {
+		return PushResult{}, err
+	}
+	b := bucketOf(job.ID, q.opts.buckets)
+	bk := q.keys.bucket(b)
+	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup},
+		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job).Int64Slice()
+	if err != nil {
+		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
+	}
+	switch {
+	case len(res) == 0:
+		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: empty reply", job.ID)
+	case res[0] < 0 && len(res) == 2:
+		return PushResult{}, fmt.Errorf("%w: %q is %v", ErrNotPending, job.ID, State(res[1]))
+	}
+	return PushResult{ID: job.ID, Existed: res[0] == 0}, nil
+}
+
 // pushArgs are the validated values of one job for push.lua, and its
 // outcome.
 type pushArgs struct {

@@ -313,3 +313,75 @@ func (q *DelayQueue) push(ctx context.Context, b int, jobs []*pushArgs) error {
 	keys, args := q.pushCall(b, jobs)
 	return pushResult(b, jobs, q.run(ctx, b, scriptPush, keys, args...))
 }
+
+func TestUpsertCreatesOrReplacesAPendingJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithDedupWindow(time.Hour))
+		get := func(id string) *Job {
+			t.Helper()
+			got, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			return got
+		}
+
+		// Created, then moved and its body changed while delayed.
+		res, err := q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("at 10:00"), Delay: time.Hour})
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: "reminder-1"}, res)
+		before := time.Now()
+		res, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("at 11:00"), Delay: 2 * time.Hour})
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: "reminder-1", Existed: true}, res)
+		got := get("reminder-1")
+		assert.Equal(t, StateDelayed, got.State)
+		assert.Equal(t, "at 11:00", string(got.Body))
+		assert.WithinRange(t, got.RunAt, before.Add(2*time.Hour-time.Second), before.Add(2*time.Hour+10*time.Second))
+
+		// Made due now: ready, once, with the new body; then delayed again
+		// while ready, and its list entry is skipped.
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("now")})
+		require.NoError(t, err)
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("now, again")})
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, get("reminder-1").State)
+		job, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+		assert.Equal(t, "now, again", string(job.Body))
+		_, err = q.Pop(ctx, "remind", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "replacing a ready job keeps one entry")
+
+		// Reserved: refused, nothing changes.
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("later"), Delay: time.Hour})
+		assert.ErrorIs(t, err, ErrNotPending)
+		assert.Contains(t, err.Error(), "reserved")
+		assert.Equal(t, "now, again", string(get("reminder-1").Body))
+
+		// Finished, its ID taken by the dedup window: Push leaves it, Upsert
+		// creates it again.
+		require.NoError(t, q.Finish(ctx, job.ID))
+		pushedAgain, err := q.PushWithResult(ctx, &Job{ID: "reminder-1", Topic: "remind"})
+		require.NoError(t, err)
+		assert.True(t, pushedAgain.Existed)
+		res, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new day"), Delay: time.Hour})
+		require.NoError(t, err)
+		assert.False(t, res.Existed)
+		assert.Equal(t, "new day", string(get("reminder-1").Body))
+
+		// A ready job moved to another topic leaves nothing in the old list.
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-2", Topic: "remind"})
+		require.NoError(t, err)
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-2", Topic: "other"})
+		require.NoError(t, err)
+		_, err = q.Pop(ctx, "remind", 0)
+		assert.ErrorIs(t, err, ErrNoJob)
+		job, err = q.Pop(ctx, "other", 0)
+		require.NoError(t, err)
+		assert.Equal(t, "reminder-2", job.ID)
+
+		for _, bad := range []*Job{nil, {Topic: "t"}, {ID: "~x", Topic: "t"}, {ID: "a", Topic: "bad topic"}} {
+			_, err := q.Upsert(ctx, bad)
+			assert.ErrorIs(t, err, ErrInvalidJob)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package delayqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -125,4 +126,36 @@ func ExampleDelayQueue_PushWithResult() {
 	// event-7 existed: false
 	// event-7 existed: true
 	// v1
+}
+
+// An appointment moves: its reminder moves with it, in one call, whether it
+// was still waiting or already due.
+func ExampleDelayQueue_Upsert() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	remind := func(appointment string, at time.Time) error {
+		_, err := q.Upsert(ctx, &delayqueue.Job{
+			ID:    "reminder:" + appointment,
+			Topic: "reminders",
+			Body:  []byte(appointment + " at " + at.Format("15:04")),
+			RunAt: at.Add(-10 * time.Minute),
+		})
+		if errors.Is(err, delayqueue.ErrNotPending) {
+			return nil // being sent right now, or already dead: nothing to move
+		}
+		return err
+	}
+	day := time.Date(2030, time.March, 4, 0, 0, 0, 0, time.UTC)
+	_ = remind("dentist", day.Add(10*time.Hour))
+	_ = remind("dentist", day.Add(11*time.Hour)) // moved
+	job, _ := q.Get(ctx, "reminder:dentist")
+	fmt.Println(job.State, string(job.Body))
+	// Output:
+	// delayed dentist at 11:00
 }

@@ -30,6 +30,7 @@ var (
 	scriptTouch      = loadScript("touch.lua")
 	scriptRelease    = loadScript("release.lua")
 	scriptReschedule = loadScript("reschedule.lua")
+	scriptUpsert     = loadScript("upsert.lua")
 	scriptDead       = loadScript("dead.lua")
 	scriptRequeue    = loadScript("requeue.lua")
 	scriptPurge      = loadScript("purge.lua")

@@ -256,6 +256,15 @@ local function due_ms(now, delay_ms)
   return math.floor((now + 999) / 1000) + delay_ms
 end
 
+-- pushed_due returns the due time of a job a client pushed: after delay_ms
+-- ("" when the encoded job v's at_ms holds its due time).
+local function pushed_due(now, delay_ms, v)
+  if delay_ms == '' then
+    return read48(v, AT)
+  end
+  return due_ms(now, tonumber(delay_ms))
+end
+
 -- Wake-ups go out on the bucket's own channels with the publish command the
 -- caller names (pub): SPUBLISH on Redis Cluster, where the channel lives in
 -- the bucket's slot and reaches only that shard, PUBLISH elsewhere.

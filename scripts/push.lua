@@ -61,12 +61,7 @@ local stored = {} -- id -> the job this call stored under it
 local fields, scores, lists, first_due = {}, {}, {}, nil
 for n = 1, count do
   local id, delay, v, gen = ARGV[4 * n], ARGV[4 * n + 1], ARGV[4 * n + 2], ARGV[4 * n + 3]
-  local due
-  if delay == '' then
-    due = read48(v, AT)
-  else
-    due = due_ms(now, tonumber(delay))
-  end
+  local due = pushed_due(now, delay, v)
   local cur = stored[id] or held[n]
   if cur then
     created[n] = existing(cur, v, gen)

@@ -1,0 +1,51 @@
+-- upsert.lua: create a job, or replace the delayed or ready job with its ID,
+-- as if pushed anew: body, topic, TTR, max attempts and due time become the
+-- new job's; attempts and last error start over. An explicit write: a
+-- tombstone of the ID (its dedup window) is cleared, not obeyed.
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
+-- KEYS[4] dedup zset
+-- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
+-- ARGV[4] id  ARGV[5] delay ms ("" when the job's at_ms holds its due time)
+-- ARGV[6] the job encoded as a delayed job (job.lua)
+-- returns {1} created, {0} replaced, {-1, state} refused: the job is
+-- reserved or dead (its state)
+-- Running it twice replaces twice with the same job: the outcome is the
+-- same, but a second run reports {0}.
+
+local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
+local id, delay, v = ARGV[4], ARGV[5], ARGV[6]
+
+local cur = redis.call('HGET', pool, id)
+local was_ready = false
+if cur then
+  local state = byte(cur, 1) % 8
+  if state == RESERVED or state == DEAD then
+    return {-1, state}
+  end
+  was_ready = state == READY and topic_of(cur) == topic_of(v)
+end
+local now = now_us()
+local now_ms = floor(now / 1000)
+local due = pushed_due(now, delay, v)
+redis.call('ZREM', dedup, id)
+if due <= now_ms then
+  -- Ready now. A job that was ready in the same topic keeps its place in
+  -- the list; otherwise the ID joins the list, and an entry it left in
+  -- another list is dropped by the consumer that meets it.
+  local topic = topic_of(v)
+  if not was_ready then
+    redis.call('RPUSH', ready_prefix .. topic, id)
+  end
+  redis.call('HSET', pool, id, restate(v, READY, now_ms))
+  redis.call('ZREM', bucket, id)
+  redis.call(pub, ready_channel .. topic, '1')
+else
+  redis.call('HSET', pool, id, v)
+  redis.call('ZADD', bucket, due, id)
+  wake_if_first(bucket, pub, wake, due, now)
+end
+if cur then
+  return {0}
+end
+return {1}
