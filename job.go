@@ -61,9 +61,11 @@ type Job struct {
 	// Delay is how long after Push the job is due, measured on the Redis
 	// server's clock. Zero means now.
 	Delay time.Duration
-	// RunAt is an absolute due time, an alternative to Delay. It carries the
-	// caller's clock. On a job returned by Get it is the due time of a
-	// delayed job, or when a ready or dead job became so.
+	// RunAt is an absolute due time, an alternative to Delay; Push refuses
+	// a job with both. It carries the caller's clock. A RunAt in the past
+	// makes the job ready at once, as a zero Delay does. On a job returned
+	// by Get it is the due time of a delayed job, or when a ready job
+	// became so (on a dead job it repeats DiedAt).
 	RunAt time.Time
 	// TTR (time to run) is how long a consumer may hold the job after Pop
 	// before it is delivered again. Zero means the queue's default; at most
@@ -89,6 +91,9 @@ type Job struct {
 	// LastError is why the job's last delivery failed: the error given to
 	// Retry, or that its reservation ran out. Empty when none failed.
 	LastError string
+	// DiedAt is when a dead job went to the dead letters, on the Redis
+	// server's clock; zero for a job in any other state.
+	DiedAt time.Time
 
 	// reservation identifies the reservation a popped job was delivered under;
 	// Retry, Touch and Release check it inside their scripts. Zero on a job

@@ -32,9 +32,15 @@ func TestRetryHonoursTheOutcomeItsCauseNames(t *testing.T) {
 
 		// Dead now, four attempts left.
 		id := pushed(t, q, &Job{Topic: "t"})
+		died := time.Now()
 		require.NoError(t, q.Retry(ctx, pop(id), fmt.Errorf("webhook answered 404: %w", ErrSkipRetry)))
 		got := state(id)
 		assert.Equal(t, StateDead, got.State)
+		assert.WithinRange(t, got.DiedAt, died.Add(-5*time.Second), time.Now().Add(5*time.Second), "when it died, in a field of its own")
+		dead, err := q.DeadJobs(ctx, "t", 10)
+		require.NoError(t, err)
+		require.Len(t, dead, 1)
+		assert.Equal(t, got.DiedAt, dead[0].DiedAt)
 		assert.Equal(t, 1, got.Attempts)
 		assert.Equal(t, "webhook answered 404: delayqueue: skip retry", got.LastError)
 

@@ -157,6 +157,13 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*f
 
 // Remove cancels a job in any state: it will not be delivered (again). It
 // costs O(log n). It returns ErrNotFound when no such job exists.
+//
+// A reserved job is removed too, but its consumer is not stopped: a handler
+// under Consume sees its ctx end, with context.Cause ErrNotFound, at the
+// next extension of its reservation (within a third of the TTR), and a Pop
+// user's Finish, Retry or Touch returns ErrNotFound. Work that must not run
+// after a cancellation (pay versus cancel) needs its own check in the
+// user's store; see the README's Patterns.
 func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {
@@ -316,9 +323,13 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		nonce:       nonce,
 	}
 	at := time.UnixMilli(uint48(v[9:]))
-	if job.State == StateReserved {
+	switch job.State {
+	case StateReserved:
 		job.ReservedUntil = at
-	} else {
+	case StateDead:
+		job.DiedAt = at
+		job.RunAt = at // as before DiedAt existed
+	default:
 		job.RunAt = at
 	}
 	return job, nil
