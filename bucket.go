@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -143,17 +144,27 @@ func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]Pu
 	}
 }
 
+// An UpsertOption changes what Upsert does.
+type UpsertOption int
+
+// ReplaceReserved makes Upsert replace a reserved job too: its reservation
+// ends, and the new job is its next delivery, at its due time. The consumer
+// that holds the old one is not stopped; its Finish, Retry and Touch return
+// ErrReservationLost, and under Consume its handler's ctx ends at the next
+// extension of its reservation.
+const ReplaceReserved UpsertOption = 1
+
 // Upsert creates job, or replaces the delayed or ready job with its ID, in
 // one script: body, topic, TTR, max attempts and due time (Delay or RunAt)
 // become job's, and attempts and last error start over, as if pushed anew.
 // It is the call that moves an appointment's reminder, whatever state the
 // reminder is in. job must carry an ID of the caller's (ErrInvalidJob
-// otherwise). A reserved job is not replaced: a consumer holds it, and
-// Upsert returns ErrNotPending (Remove it, or wait for its outcome); nor is
-// a dead one (RequeueDead or PurgeDead it first). Unlike Push, Upsert
-// creates a job whose ID is still taken by a dedup window, and clears the
-// window. The result's Existed is set when a job was replaced.
-func (q *DelayQueue) Upsert(ctx context.Context, job *Job) (PushResult, error) {
+// otherwise). A reserved job is not replaced, unless with ReplaceReserved:
+// a consumer holds it, and Upsert returns ErrNotPending; nor is a dead one
+// (RequeueDead or PurgeDead it first). Unlike Push, Upsert creates a job
+// whose ID is still taken by a dedup window, and clears the window. The
+// result's Existed is set when a job was replaced.
+func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption) (PushResult, error) {
 	if q.closed.Load() {
 		return PushResult{}, ErrClosed
 	}
@@ -167,7 +178,7 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job) (PushResult, error) {
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup},
-		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job).Int64Slice()
+		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job, slices.Contains(opts, ReplaceReserved)).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}

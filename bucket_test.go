@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -383,5 +384,31 @@ func TestUpsertCreatesOrReplacesAPendingJob(t *testing.T) {
 			_, err := q.Upsert(ctx, bad)
 			assert.ErrorIs(t, err, ErrInvalidJob)
 		}
+	})
+}
+
+func TestUpsertReplacesAReservedJobOnlyWhenAsked(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("old")})
+		held, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")})
+		require.ErrorIs(t, err, ErrNotPending)
+		res, err := q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")}, ReplaceReserved)
+		require.NoError(t, err)
+		assert.True(t, res.Existed)
+
+		assert.ErrorIs(t, q.Finish(ctx, held.ID), ErrReservationLost, "the old delivery cannot settle")
+		assert.ErrorIs(t, q.Retry(ctx, held, errors.New("x")), ErrReservationLost)
+		next, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err, "the new job is the next delivery")
+		assert.Equal(t, "new", string(next.Body))
+		assert.Equal(t, 1, next.Attempts)
+		require.NoError(t, q.Finish(ctx, next.ID))
+		_, err = q.Pop(ctx, "remind", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "delivered once")
 	})
 }

@@ -7,20 +7,23 @@
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
 -- ARGV[4] id  ARGV[5] delay ms ("" when the job's at_ms holds its due time)
 -- ARGV[6] the job encoded as a delayed job (job.lua)
+-- ARGV[7] "1" to replace a reserved job too: its reservation ends (its
+-- consumer's Finish, Retry and Touch find it gone), and the new job is
+-- what comes next
 -- returns {1} created, {0} replaced, {-1, state} refused: the job is
--- reserved or dead (its state)
+-- reserved (and ARGV[7] is not "1") or dead (its state)
 -- Running it twice replaces twice with the same job: the outcome is the
 -- same, but a second run reports {0}.
 
 local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
-local id, delay, v = ARGV[4], ARGV[5], ARGV[6]
+local id, delay, v, take_reserved = ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
 
 local cur = redis.call('HGET', pool, id)
 local was_ready = false
 if cur then
   local state = byte(cur, 1) % 8
-  if state == RESERVED or state == DEAD then
+  if state == DEAD or (state == RESERVED and not take_reserved) then
     return {-1, state}
   end
   was_ready = state == READY and topic_of(cur) == topic_of(v)
@@ -38,7 +41,7 @@ if due <= now_ms then
     redis.call('RPUSH', ready_prefix .. topic, id)
   end
   redis.call('HSET', pool, id, restate(v, READY, now_ms))
-  redis.call('ZREM', bucket, id)
+  redis.call('ZREM', bucket, id) -- its due time, or its reservation's deadline
   redis.call(pub, ready_channel .. topic, '1')
 else
   redis.call('HSET', pool, id, v)
