@@ -412,3 +412,21 @@ func TestUpsertReplacesAReservedJobOnlyWhenAsked(t *testing.T) {
 		assert.ErrorIs(t, err, ErrNoJob, "delivered once")
 	})
 }
+
+func TestRescheduleInAndAtOnEveryBackend(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		id := pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+		at := time.UnixMilli(serverMs(t, be.client)).Add(3 * time.Hour)
+		require.NoError(t, q.RescheduleAt(ctx, id, at))
+		got, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, at.UnixMilli(), got.RunAt.UnixMilli())
+		require.NoError(t, q.RescheduleIn(ctx, id, 0))
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, id, job.ID)
+		assert.ErrorIs(t, q.RescheduleAt(ctx, id, at), ErrNotPending)
+	})
+}

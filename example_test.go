@@ -159,3 +159,45 @@ func ExampleDelayQueue_Upsert() {
 	// Output:
 	// delayed dentist at 11:00
 }
+
+// A handler that cannot work on a job yet puts it back without spending
+// one of its attempts.
+func ExampleSnooze() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	id, _ := q.Push(ctx, &delayqueue.Job{Topic: "invoice", MaxAttempts: 1})
+	job, _ := q.Pop(ctx, "invoice", 0)
+	_ = q.Retry(ctx, job, delayqueue.Snooze(time.Minute)) // the report is not ready yet
+	got, _ := q.Get(ctx, id)
+	fmt.Println(got.State, "attempts:", got.Attempts)
+	// Output:
+	// delayed attempts: 0
+}
+
+func ExampleDelayQueue_RescheduleAt() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	id, _ := q.Push(ctx, &delayqueue.Job{Topic: "remind", Delay: time.Hour})
+	at := time.Date(2030, time.March, 4, 9, 50, 0, 0, time.UTC)
+	_ = q.RescheduleAt(ctx, id, at)
+	job, _ := q.Get(ctx, id)
+	fmt.Println(job.State, job.RunAt.UTC().Format(time.RFC3339))
+	_ = q.RescheduleIn(ctx, id, 0) // due now
+	job, _ = q.Get(ctx, id)
+	fmt.Println(job.State)
+	// Output:
+	// delayed 2030-03-04T09:50:00Z
+	// ready
+}
