@@ -78,11 +78,13 @@
 //     bucket handlers, Close stops them; options.go, errors.go and keys.go
 //     (key names, and the bucket of an ID) serve all that follows.
 //   - job.go: Job and State, and the checks a job must pass.
-//   - bucket.go: push. Push and PushMany check, encode and group jobs by
+//   - push.go: push. Push and PushMany check, encode and group jobs by
 //     bucket; concurrent pushes go together (internal/batch) into one
-//     push.lua call per bucket. A job due later waits in its bucket's
-//     zset; one due now goes straight to its ready list. Reschedule moves
-//     a waiting job.
+//     push.lua call per bucket; Upsert creates or replaces one job. A job
+//     due later waits in its bucket's zset; one due now goes straight to
+//     its ready list.
+//   - bucket.go: the buckets: moving due jobs out (moveDue, for the bucket
+//     handler below), and RescheduleIn/RescheduleAt for a waiting job.
 //   - pool.go: the job pool. Get, Finish and Remove, and the job codec
 //     (the one table of the encoding; scripts/job.lua's header is its one
 //     Lua writer).
@@ -101,7 +103,8 @@
 //     running handlers.
 //   - settle: Finish (pool.go) deletes the job; retry.go retries it with
 //     backoff (Retry, RetryAfter), extends (Touch) or gives back (Release)
-//     its reservation.
+//     its reservation; outcome.go holds the errors with which a handler
+//     asks for another outcome (ErrSkipRetry, RetryIn, Snooze).
 //   - dead.go: jobs out of attempts: listed, requeued, purged, expired.
 //   - stats.go: counts per state and topic. scripts.go loads scripts/*.lua
 //     and sends their calls; ids.go makes job IDs.

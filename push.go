@@ -1,0 +1,372 @@
+package delayqueue
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/batch"
+	"github.com/redis/go-redis/v9"
+)
+
+// Adding jobs to the buckets: Push and PushMany, with or without results,
+// and Upsert; how a job is checked and encoded, coalesced with concurrent
+// pushes, and sent as one push.lua call per bucket.
+
+// Push adds a job and returns its ID: the job's own ID when it has one, else
+// a new one, unique among every process that ever opened the queue, which
+// Push also stores in job.ID. The job is due after job.Delay on the Redis
+// server's clock, or at job.RunAt. A job with an ID that exists already is
+// not pushed again, and Push returns its ID with no error: a retried Push
+// creates one job. Push returns nil only once the job is stored under the
+// returned ID. It returns an error matching ErrInvalidJob for a job it
+// refuses, and ErrClosed after Close. It is safe for concurrent use, and
+// concurrent calls are cheaper than lone ones: while one push is on its way
+// to Redis, the Push calls that follow wait and then go together, one
+// script call per bucket, in one round trip.
+func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
+	res, err := q.PushWithResult(ctx, job)
+	return res.ID, err
+}
+
+// PushResult is what a push did with one job.
+type PushResult struct {
+	ID string
+	// Existed is set when a job with this ID existed already, or the ID was
+	// still taken by its dedup window: nothing changed, neither body nor
+	// due time. A job pushed again under the ID that the queue generated
+	// for it is the same job pushed twice, and does not set it.
+	Existed bool
+}
+
+// PushWithResult is Push, and says whether the job was created or existed
+// already.
+func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, error) {
+	if q.closed.Load() {
+		return PushResult{}, ErrClosed
+	}
+	a, err := q.opts.prepare(job)
+	if err != nil {
+		return PushResult{}, err
+	}
+	for renewals := 0; ; renewals++ {
+		prefix := q.assignID(job, &a)
+		// Concurrent Push calls share round trips and script calls.
+		if err := q.pushes.For(a.bucket).Do(ctx, &a); err != nil {
+			return PushResult{}, err
+		}
+		if a.status != pushTaken {
+			return PushResult{ID: job.ID, Existed: a.status == pushExisted}, nil
+		}
+		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
+			return PushResult{}, err
+		}
+		job.ID = "" // a new one, then
+	}
+}
+
+// maxPushChunk bounds how many jobs one push script call carries.
+const maxPushChunk = 1000
+
+// PushMany adds many jobs with one script call per bucket they fall in
+// (per 1,000 jobs), all sent in one pipeline, and returns their IDs in
+// order. It checks every job
+// first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
+// without an ID get a new one, stored in their ID field, so that calling
+// PushMany again with the same jobs after an error pushes none of them
+// twice. Jobs whose ID exists already are left alone, as in Push.
+func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error) {
+	res, err := q.PushManyWithResults(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids, nil
+}
+
+// PushManyWithResults is PushMany, and says of each job whether it was
+// created or existed already.
+func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]PushResult, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
+	args := make([]pushArgs, len(jobs))
+	for i, job := range jobs {
+		a, err := q.opts.prepare(job)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		args[i] = a
+	}
+	prefixes := make([]*string, len(jobs))
+	for i, job := range jobs {
+		prefixes[i] = q.assignID(job, &args[i])
+	}
+	pending := make([]*pushArgs, len(args))
+	for i := range args {
+		pending[i] = &args[i]
+	}
+	for renewals := 0; ; renewals++ {
+		if errs := q.pushBuckets(ctx, pending); errs != nil {
+			for _, a := range pending {
+				if err := errs[a.bucket]; err != nil {
+					return nil, err
+				}
+			}
+		}
+		// Jobs whose generated ID was taken go again under a new one.
+		pending = pending[:0]
+		for i := range args {
+			if a := &args[i]; a.status == pushTaken {
+				if err := q.idTaken(ctx, a.id, prefixes[i], renewals); err != nil {
+					return nil, err
+				}
+				jobs[i].ID = "" // a new one, then
+				prefixes[i] = q.assignID(jobs[i], a)
+				pending = append(pending, a)
+			}
+		}
+		if len(pending) == 0 {
+			res := make([]PushResult, len(args))
+			for i, a := range args {
+				res[i] = PushResult{ID: a.id, Existed: a.status == pushExisted}
+			}
+			return res, nil
+		}
+	}
+}
+
+// An UpsertOption changes what Upsert does.
+type UpsertOption int
+
+// ReplaceReserved makes Upsert replace a reserved job too: its reservation
+// ends, and the new job is its next delivery, at its due time. The consumer
+// that holds the old one is not stopped; its Finish, Retry and Touch return
+// ErrReservationLost, and under Consume its handler's ctx ends at the next
+// extension of its reservation.
+const ReplaceReserved UpsertOption = 1
+
+// Upsert creates job, or replaces the delayed or ready job with its ID, in
+// one script: body, topic, TTR, max attempts and due time (Delay or RunAt)
+// become job's, and attempts and last error start over, as if pushed anew.
+// It is the call that moves an appointment's reminder, whatever state the
+// reminder is in. job must carry an ID of the caller's (ErrInvalidJob
+// otherwise). A reserved job is not replaced, unless with ReplaceReserved:
+// a consumer holds it, and Upsert returns ErrNotPending; nor is a dead one
+// (RequeueDead or PurgeDead it first). Unlike Push, Upsert creates a job
+// whose ID is still taken by a dedup window, and clears the window. The
+// result's Existed is set when a job was replaced.
+func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption) (PushResult, error) {
+	if q.closed.Load() {
+		return PushResult{}, ErrClosed
+	}
+	if job != nil && (job.ID == "" || generated(job.ID)) {
+		return PushResult{}, fmt.Errorf("%w: Upsert needs an ID of the caller's", ErrInvalidJob)
+	}
+	a, err := q.opts.prepare(job)
+	if err != nil {
+		return PushResult{}, err
+	}
+	b := bucketOf(job.ID, q.opts.buckets)
+	bk := q.keys.bucket(b)
+	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup},
+		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job, slices.Contains(opts, ReplaceReserved)).Int64Slice()
+	if err != nil {
+		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
+	}
+	switch {
+	case len(res) == 0:
+		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: empty reply", job.ID)
+	case res[0] < 0 && len(res) == 2:
+		return PushResult{}, fmt.Errorf("%w: %q is %v", ErrNotPending, job.ID, State(res[1]))
+	}
+	return PushResult{ID: job.ID, Existed: res[0] == 0}, nil
+}
+
+// pushArgs are the validated values of one job for push.lua, and its
+// outcome.
+type pushArgs struct {
+	id     string
+	bucket int
+	// delayMs is the delay on the server's clock, or "" when the encoded
+	// job's at_ms holds an absolute due time.
+	delayMs string
+	// job is the job encoded as delayed (see encodeJob).
+	job []byte
+	// generated is set when the queue made the ID: it must not exist
+	// already, unless as this very job (a push re-sent by go-redis).
+	generated bool
+	// status is push.lua's answer for the job.
+	status int64
+}
+
+// push.lua's answer for a job.
+const (
+	pushCreated = 1  // stored under its ID
+	pushExisted = 0  // a caller's ID that exists already: nothing changed
+	pushTaken   = -1 // a generated ID held by another job: nothing changed
+)
+
+// prepare checks a job against the queue's limits and fills in defaults. It
+// returns errors matching ErrInvalidJob.
+func (o *options) prepare(job *Job) (pushArgs, error) {
+	if job == nil {
+		return pushArgs{}, fmt.Errorf("%w: nil", ErrInvalidJob)
+	}
+	if err := validateTopic(job.Topic); err != nil {
+		return pushArgs{}, within(ErrInvalidJob, err)
+	}
+	if job.ID != "" {
+		if err := validateID(job.ID); err != nil {
+			return pushArgs{}, within(ErrInvalidJob, err)
+		}
+		if generated(job.ID) && job.nonce == 0 {
+			return pushArgs{}, within(ErrInvalidJob, fmt.Errorf("%w: %q: IDs that begin with %q are the queue's own; push the Job that Push gave it, or use an ID of your own",
+				ErrInvalidID, job.ID, generatedMark))
+		}
+	}
+	var a pushArgs
+	switch {
+	case len(job.Body) > o.maxBody:
+		return a, within(ErrInvalidJob, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, len(job.Body), o.maxBody))
+	case job.Delay < 0:
+		return a, fmt.Errorf("%w: negative delay %v", ErrInvalidJob, job.Delay)
+	case job.Delay > 0 && !job.RunAt.IsZero():
+		return a, fmt.Errorf("%w: both Delay and RunAt set", ErrInvalidJob)
+	case job.TTR < 0:
+		return a, fmt.Errorf("%w: negative TTR %v", ErrInvalidJob, job.TTR)
+	case job.TTR > 0 && job.TTR < time.Millisecond:
+		return a, fmt.Errorf("%w: TTR %v under 1ms", ErrInvalidJob, job.TTR)
+	case job.TTR > maxTTR:
+		return a, fmt.Errorf("%w: TTR %v over %v", ErrInvalidJob, job.TTR, maxTTR)
+	case job.MaxAttempts < 0 || job.MaxAttempts > maxMaxAttempts:
+		return a, fmt.Errorf("%w: MaxAttempts %d: want 0 to %d", ErrInvalidJob, job.MaxAttempts, maxMaxAttempts)
+	case job.DedupWindow < 0 || job.DedupWindow > maxDedupWindow:
+		return a, fmt.Errorf("%w: DedupWindow %v: want 0 to %v", ErrInvalidJob, job.DedupWindow, maxDedupWindow)
+	}
+	var atMs int64
+	if job.RunAt.IsZero() {
+		a.delayMs = strconv.FormatInt(ceilMs(job.Delay), 10)
+	} else {
+		var err error
+		if atMs, err = runAtMs(job.RunAt); err != nil {
+			return a, err
+		}
+	}
+	ttr := job.TTR
+	if ttr == 0 {
+		ttr = o.ttr
+	}
+	maxAttempts := job.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = o.maxAttempts
+	}
+	a.generated = job.ID == "" || generated(job.ID)
+	window := job.DedupWindow
+	if window == 0 && !a.generated {
+		window = o.dedup // a generated ID is never pushed again by a producer
+	}
+	if a.generated && job.nonce == 0 {
+		job.nonce = rand.Uint32() | 1
+	}
+	var nonce uint32
+	if a.generated {
+		nonce = job.nonce
+	}
+	a.id = job.ID
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce)
+	return a, nil
+}
+
+// assignID gives a job without an ID a new one, and files it in its
+// bucket. It returns the prefix of the new ID (nil when it had one).
+func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
+	var prefix *string
+	if job.ID == "" {
+		job.ID, prefix = q.ids.next()
+	}
+	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
+	return prefix
+}
+
+// idTaken handles a generated ID that push.lua found taken by another job:
+// the queue takes a new instance number, unless it has done so too often.
+func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
+	if renewals >= maxIDRenewals {
+		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
+	}
+	return q.renewIDs(ctx, prefix)
+}
+
+// pushLanes coalesce concurrent pushes, keeping two batches in flight: with
+// one, a lone producer's pushes wait for each round trip and it loses a
+// fifth of its rate.
+func (q *DelayQueue) pushLanes(n int) batch.Lanes[*pushArgs] {
+	return batch.NewLanes(n, maxPushChunk, 2, q.flushPushes)
+}
+
+// flushPushes pushes a batch of concurrent Push calls, coalesced.
+func (q *DelayQueue) flushPushes(ctx context.Context, reqs []*batch.Request[*pushArgs]) {
+	errs := q.pushBuckets(ctx, batch.Inputs(reqs))
+	for _, r := range reqs {
+		r.Err = errs[r.In.bucket]
+	}
+}
+
+// pushBuckets pushes jobs with one script call per bucket they fall in and
+// chunk, all in one pipeline (one round trip per node), and sets each one's
+// status. It returns the error of each bucket that failed; nil when all
+// succeeded.
+func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]error {
+	chunks := byBucket(jobs, func(j *pushArgs) int { return j.bucket }, maxPushChunk)
+	calls := make([]*scriptCall, len(chunks))
+	for i, chunk := range chunks {
+		keys, args := q.pushCall(chunk[0].bucket, chunk)
+		calls[i] = &scriptCall{script: scriptPush, keys: keys, args: args}
+	}
+	q.sendCalls(ctx, calls)
+	var errs map[int]error
+	for i, chunk := range chunks {
+		b := chunk[0].bucket
+		if err := pushResult(b, chunk, calls[i].cmd); err != nil {
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[b] = cmp.Or(errs[b], err)
+		}
+	}
+	return errs
+}
+
+// pushCall builds the keys and arguments of push.lua for jobs of bucket b.
+func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
+	bk := q.keys.bucket(b)
+	args := make([]any, 0, 3+4*len(jobs))
+	args = append(args, bk.wake, bk.readyChannels, q.pub)
+	for _, j := range jobs {
+		args = append(args, j.id, j.delayMs, j.job, j.generated)
+	}
+	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup}, args
+}
+
+// pushResult reads push.lua's reply into the jobs' statuses.
+func pushResult(b int, jobs []*pushArgs, reply *redis.Cmd) error {
+	res, err := reply.Int64Slice()
+	if err != nil {
+		return fmt.Errorf("delayqueue: push to bucket %d: %w", b, err)
+	}
+	if len(res) != len(jobs) {
+		return fmt.Errorf("delayqueue: push to bucket %d: %d replies for %d jobs", b, len(res), len(jobs))
+	}
+	for i, r := range res {
+		jobs[i].status = r
+	}
+	return nil
+}

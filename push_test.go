@@ -1,0 +1,222 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPushIsSafeToRunTwice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		for _, tc := range []struct {
+			name      string
+			generated bool
+			delay     time.Duration
+			again     int64
+		}{
+			{"a caller's ID, for later", false, time.Hour, pushExisted},
+			{"a caller's ID, due now", false, 0, pushExisted},
+			// The second run finds the job it made: created, once.
+			{"a generated ID, for later", true, time.Hour, pushCreated},
+			{"a generated ID, due now", true, 0, pushCreated},
+		} {
+			a, err := q.opts.prepare(&Job{Topic: "t", Body: []byte(tc.name), Delay: tc.delay})
+			require.NoError(t, err)
+			a.id, a.generated = "order-"+tc.name, tc.generated
+			require.NoError(t, q.push(ctx, 0, []*pushArgs{&a}))
+			assert.Equal(t, int64(pushCreated), a.status, tc.name)
+			require.NoError(t, q.push(ctx, 0, []*pushArgs{&a})) // as go-redis re-sends after a read timeout
+			assert.Equal(t, tc.again, a.status, tc.name)
+		}
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 4, st.Jobs)
+		assert.Equal(t, 2, st.Ready, "each due job is in the ready list once")
+	})
+}
+
+func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(4))
+		jobs := make([]*Job, 300)
+		for i := range jobs {
+			jobs[i] = &Job{Topic: "t", Body: []byte{byte(i)}}
+		}
+		jobs[7].ID = "mine"
+		ids, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		require.Len(t, ids, 300)
+		for i, job := range jobs {
+			assert.Equal(t, ids[i], job.ID, "IDs are stored in the jobs")
+		}
+		assert.Equal(t, "mine", ids[7])
+		again, err := q.PushMany(ctx, jobs) // a retry after an unclear error
+		require.NoError(t, err)
+		assert.Equal(t, ids, again)
+		seen := consume(t, []*DelayQueue{q}, "t", 2, 300)
+		assert.Len(t, seen, 300)
+		for _, n := range seen {
+			assert.Equal(t, 1, n)
+		}
+
+		bad := []*Job{{Topic: "t"}, {Topic: ""}}
+		_, err = q.PushMany(ctx, bad)
+		assert.ErrorIs(t, err, ErrInvalidTopic)
+		assert.True(t, strings.HasPrefix(err.Error(), "job 1:"))
+		assert.Empty(t, bad[0].ID, "a refused batch pushes nothing")
+	})
+}
+
+func TestPushManyKeepsTheFirstOfTwoJobsWithOneID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		for _, delay := range []time.Duration{0, time.Hour} { // due now, and later
+			id := "twice-" + delay.String()
+			_, err := q.PushMany(ctx, []*Job{
+				{ID: id, Topic: "t", Body: []byte("first"), Delay: delay},
+				{ID: id, Topic: "t", Body: []byte("second"), Delay: delay},
+			})
+			require.NoError(t, err)
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, "first", string(job.Body), "delay %v", delay)
+		}
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Jobs)
+		assert.Equal(t, 1, st.Ready, "one ID in the ready list, not two")
+	})
+}
+
+func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(4))
+		require.NoError(t, be.client.ScriptFlush(ctx).Err()) // as after a restart
+		jobs := make([]*Job, 50)
+		for i := range jobs {
+			jobs[i] = &Job{Topic: "t"}
+		}
+		ids, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		for _, id := range ids {
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, StateReady, job.State)
+		}
+	})
+}
+
+// push runs push.lua once for jobs that all belong to bucket b, outside any
+// lane, and sets each one's status.
+func (q *DelayQueue) push(ctx context.Context, b int, jobs []*pushArgs) error {
+	keys, args := q.pushCall(b, jobs)
+	return pushResult(b, jobs, q.run(ctx, b, scriptPush, keys, args...))
+}
+
+func TestUpsertCreatesOrReplacesAPendingJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithDedupWindow(time.Hour))
+		get := func(id string) *Job {
+			t.Helper()
+			got, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			return got
+		}
+
+		// Created, then moved and its body changed while delayed.
+		res, err := q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("at 10:00"), Delay: time.Hour})
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: "reminder-1"}, res)
+		before := time.Now()
+		res, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("at 11:00"), Delay: 2 * time.Hour})
+		require.NoError(t, err)
+		assert.Equal(t, PushResult{ID: "reminder-1", Existed: true}, res)
+		got := get("reminder-1")
+		assert.Equal(t, StateDelayed, got.State)
+		assert.Equal(t, "at 11:00", string(got.Body))
+		assert.WithinRange(t, got.RunAt, before.Add(2*time.Hour-time.Second), before.Add(2*time.Hour+10*time.Second))
+
+		// Made due now: ready, once, with the new body; then delayed again
+		// while ready, and its list entry is skipped.
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("now")})
+		require.NoError(t, err)
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("now, again")})
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, get("reminder-1").State)
+		job, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+		assert.Equal(t, "now, again", string(job.Body))
+		_, err = q.Pop(ctx, "remind", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "replacing a ready job keeps one entry")
+
+		// Reserved: refused, nothing changes.
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("later"), Delay: time.Hour})
+		assert.ErrorIs(t, err, ErrNotPending)
+		assert.Contains(t, err.Error(), "reserved")
+		assert.Equal(t, "now, again", string(get("reminder-1").Body))
+
+		// Finished, its ID taken by the dedup window: Push leaves it, Upsert
+		// creates it again.
+		require.NoError(t, q.Finish(ctx, job.ID))
+		pushedAgain, err := q.PushWithResult(ctx, &Job{ID: "reminder-1", Topic: "remind"})
+		require.NoError(t, err)
+		assert.True(t, pushedAgain.Existed)
+		res, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new day"), Delay: time.Hour})
+		require.NoError(t, err)
+		assert.False(t, res.Existed)
+		assert.Equal(t, "new day", string(get("reminder-1").Body))
+
+		// A ready job moved to another topic leaves nothing in the old list.
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-2", Topic: "remind"})
+		require.NoError(t, err)
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-2", Topic: "other"})
+		require.NoError(t, err)
+		_, err = q.Pop(ctx, "remind", 0)
+		assert.ErrorIs(t, err, ErrNoJob)
+		job, err = q.Pop(ctx, "other", 0)
+		require.NoError(t, err)
+		assert.Equal(t, "reminder-2", job.ID)
+
+		for _, bad := range []*Job{nil, {Topic: "t"}, {ID: "~x", Topic: "t"}, {ID: "a", Topic: "bad topic"}} {
+			_, err := q.Upsert(ctx, bad)
+			assert.ErrorIs(t, err, ErrInvalidJob)
+		}
+	})
+}
+
+func TestUpsertReplacesAReservedJobOnlyWhenAsked(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("old")})
+		held, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+
+		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")})
+		require.ErrorIs(t, err, ErrNotPending)
+		res, err := q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")}, ReplaceReserved)
+		require.NoError(t, err)
+		assert.True(t, res.Existed)
+
+		assert.ErrorIs(t, q.Finish(ctx, held.ID), ErrReservationLost, "the old delivery cannot settle")
+		assert.ErrorIs(t, q.Retry(ctx, held, errors.New("x")), ErrReservationLost)
+		next, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err, "the new job is the next delivery")
+		assert.Equal(t, "new", string(next.Body))
+		assert.Equal(t, 1, next.Attempts)
+		require.NoError(t, q.Finish(ctx, next.ID))
+		_, err = q.Pop(ctx, "remind", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "delivered once")
+	})
+}
