@@ -201,3 +201,25 @@ func ExampleDelayQueue_RescheduleAt() {
 	// delayed 2030-03-04T09:50:00Z
 	// ready
 }
+
+func ExampleDelayQueue_PushManyWithResults() {
+	ctx := context.Background()
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	q, _ := delayqueue.New(client)
+	defer q.Close(ctx)
+
+	_, _ = q.Push(ctx, &delayqueue.Job{ID: "invoice-1", Topic: "invoice", Delay: time.Hour})
+	results, _ := q.PushManyWithResults(ctx, []*delayqueue.Job{
+		{ID: "invoice-1", Topic: "invoice", Delay: time.Hour},
+		{ID: "invoice-2", Topic: "invoice", Delay: time.Hour},
+	})
+	for _, r := range results {
+		fmt.Println(r.ID, "existed:", r.Existed)
+	}
+	// Output:
+	// invoice-1 existed: true
+	// invoice-2 existed: false
+}
