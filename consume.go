@@ -325,10 +325,18 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 func (c *consumer) call(ctx context.Context, job *Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("delayqueue: handler panicked: %v\n%s", r, debug.Stack())
+			stack := debug.Stack()
+			err = fmt.Errorf("delayqueue: handler panicked: %v\n%s", r, stack)
+			c.q.opts.logger.Error("delayqueue: handler panicked", attrTopic, job.Topic, attrJobID, job.ID,
+				attrAttempt, job.Attempts, "panic", fmt.Sprint(r), "stack", string(stack))
 		}
 	}()
-	return c.handler(ctx, job)
+	err = c.handler(ctx, job)
+	if err != nil && c.ctx.Err() == nil {
+		c.q.opts.logger.Warn("delayqueue: handler failed", attrTopic, job.Topic, attrJobID, job.ID,
+			attrAttempt, job.Attempts, attrError, err)
+	}
+	return err
 }
 
 // finished takes a job whose handler returned off the running set, and

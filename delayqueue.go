@@ -30,6 +30,7 @@ type DelayQueue struct {
 
 	held       heldSet    // reservations Pop returned, for Finish to check
 	startWatch startWatch // warns when consumers wait and nobody started
+	pauses     pauses     // the paused topics, as this process last read them
 
 	// Reserve calls: their names, how long their records live, and the
 	// records to delete (see reserve.lua).

@@ -103,6 +103,9 @@ func (ks keyspace) meta() string { return metaKey(ks.name) }
 // metaKey is the meta hash of the queue named name.
 func metaKey(name string) string { return "dq:{" + name + "}:meta" }
 
+// paused is the set of paused topics, beside the metadata.
+func (ks keyspace) paused() string { return "dq:{" + ks.name + "}:paused" }
+
 // readyChannel is the channel that announces ready jobs of topic in this bucket.
 func (bk bucketKeys) readyChannel(topic string) string { return bk.readyChannels + topic }
 

@@ -57,6 +57,8 @@ type notifierEnv struct {
 	readyChannel func(b int, topic string) string
 	// slotMoved has the client learn a slot's new owner.
 	slotMoved func(ctx context.Context)
+	// resumed says a topic was resumed: the paused topics are read again.
+	resumed func()
 }
 
 // A bucketWaker is what the notifier wakes on a bucket's wake channel:
@@ -166,6 +168,11 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 	case w == nil:
 	case resync:
 		w.notify(r.bucket, math.MaxInt32)
+	case payload == resumeMessage:
+		if n.env.resumed != nil {
+			n.env.resumed()
+		}
+		w.resumed(r.bucket)
 	default:
 		payload, mark, _ := strings.Cut(payload, ":")
 		if h != nil && mark != "" && h.wokeFromReply(mark, r.topic) {
@@ -203,6 +210,7 @@ func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
 			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
 			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
 			slotMoved:    func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
+			resumed:      q.pauses.invalidate,
 		})
 	}
 	return q.notes

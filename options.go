@@ -149,8 +149,9 @@ func (o *options) validate() error {
 
 // Log attribute keys.
 const (
-	attrBucket = "bucket"
-	attrTopic  = "topic"
-	attrJobID  = "job_id"
-	attrError  = "error"
+	attrBucket  = "bucket"
+	attrTopic   = "topic"
+	attrJobID   = "job_id"
+	attrAttempt = "attempt"
+	attrError   = "error"
 )

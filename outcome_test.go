@@ -106,3 +106,27 @@ func TestOutcomeErrorsReadAndUnwrap(t *testing.T) {
 	assert.Equal(t, time.Minute, s.Delay)
 	assert.EqualError(t, Snooze(time.Minute), "delayqueue: snooze for 1m0s")
 }
+
+func TestConsumeLogsHandlerErrorsAndPanics(t *testing.T) {
+	ctx := context.Background()
+	logs := &capture{}
+	q := newQueue(t, miniredisClient(t), WithBackoff(BackoffSchedule(0)), WithLogger(logs.logger()))
+	id := pushed(t, q, &Job{Topic: "t"})
+	var calls atomic.Int32
+	consumeUntil(t, q, func(_ context.Context, job *Job) error {
+		switch calls.Add(1) {
+		case 1:
+			return errors.New("smtp said no")
+		case 2:
+			panic("nil map")
+		}
+		return nil
+	}, ConsumeOptions{}, func() bool {
+		_, err := q.Get(ctx, id)
+		return errors.Is(err, ErrNotFound)
+	})
+	out := logs.String()
+	assert.Contains(t, out, `msg="delayqueue: handler failed" topic=t job_id=`+id+` attempt=1 error="smtp said no"`)
+	assert.Contains(t, out, `msg="delayqueue: handler panicked" topic=t job_id=`+id+` attempt=2 panic="nil map" stack=`)
+	assert.Contains(t, out, "TestConsumeLogsHandlerErrorsAndPanics", "the stack names the handler")
+}

@@ -184,7 +184,14 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	wt := newWaiter()
 	defer w.leave(wt)
 	for {
+		paused, err := q.isPaused(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
 		buckets := w.candidates(int(q.rotor.Add(1)%uint32(q.opts.buckets)), all, wt)
+		if paused {
+			buckets = nil // enlisted as a waiter, so that a resume wakes it
+		}
 		again := false
 		var got []*Job
 		for _, b := range buckets {
@@ -221,6 +228,9 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			return nil, ErrNoJob
 		}
 		wait := min(remaining, q.opts.poll)
+		if paused {
+			wait = min(wait, pauseRefresh)
+		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 			defer timer.Stop()
