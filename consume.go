@@ -308,7 +308,7 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	log := c.q.opts.logger
 	switch {
 	case err == nil:
-		err = c.q.finish(sctx, job.ID, job.reservation)
+		err = c.q.finish(sctx, job.ID, job.reservation, job.Topic)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed
 	default:
@@ -323,6 +323,11 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 
 // call runs the handler, turning a panic into an error.
 func (c *consumer) call(ctx context.Context, job *Job) (err error) {
+	start := time.Now()
+	defer func() { // after the recovery below has turned a panic into err
+		c.q.observe(ctx, Event{Kind: EventHandled, Topic: job.Topic, JobID: job.ID,
+			Attempt: job.Attempts, Duration: time.Since(start), Err: err})
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			stack := debug.Stack()

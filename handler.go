@@ -152,6 +152,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		if h.claimWake(res.mark, r.topic) {
 			h.q.notifyReady(h.b, r)
 		}
+		h.q.observe(ctx, Event{Kind: EventMoved, Topic: r.topic, Count: r.count})
 	}
 	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
 		h.trimmed = time.Now()

@@ -24,6 +24,7 @@ type heldSet struct {
 type heldJob struct {
 	reservation int64
 	until       time.Time // when the reservation runs out, on this process's clock, at the latest
+	topic       string
 }
 
 // add records reservations just popped; since is when the pop was sent.
@@ -34,7 +35,7 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 		s.jobs = map[string]heldJob{}
 	}
 	for _, job := range jobs {
-		s.jobs[job.ID] = heldJob{job.reservation, since.Add(job.TTR)}
+		s.jobs[job.ID] = heldJob{job.reservation, since.Add(job.TTR), job.Topic}
 	}
 	if len(s.jobs) >= s.pruneAt {
 		cutoff := time.Now().Add(-heldHorizon)
@@ -47,16 +48,17 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 	}
 }
 
-// reservation returns the reservation of the reservation of id that this instance
-// popped, or 0 for none (or one that ran out more than heldHorizon ago).
-func (s *heldSet) reservation(id string) int64 {
+// reservation returns the number of the reservation of id that this
+// instance popped, and the job's topic, or 0 and "" for none (or one that
+// ran out more than heldHorizon ago).
+func (s *heldSet) reservation(id string) (int64, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.jobs[id]
 	if !ok || time.Since(h.until) > heldHorizon {
-		return 0
+		return 0, ""
 	}
-	return h.reservation
+	return h.reservation, h.topic
 }
 
 // extend records that the reservation under reservation runs until until.
@@ -64,7 +66,7 @@ func (s *heldSet) extend(id string, reservation int64, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h, ok := s.jobs[id]; ok && h.reservation == reservation {
-		s.jobs[id] = heldJob{reservation, until}
+		s.jobs[id] = heldJob{reservation, until, h.topic}
 	}
 }
 

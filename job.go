@@ -64,8 +64,8 @@ type Job struct {
 	// RunAt is an absolute due time, an alternative to Delay; Push refuses
 	// a job with both. It carries the caller's clock. A RunAt in the past
 	// makes the job ready at once, as a zero Delay does. On a job returned
-	// by Get it is the due time of a delayed job, or when a ready job
-	// became so (on a dead job it repeats DiedAt).
+	// by Get it is the due time of a delayed or ready job (on a dead job it
+	// repeats DiedAt).
 	RunAt time.Time
 	// TTR (time to run) is how long a consumer may hold the job after Pop
 	// before it is delivered again. Zero means the queue's default; at most
@@ -95,6 +95,9 @@ type Job struct {
 	// server's clock; zero for a job in any other state.
 	DiedAt time.Time
 
+	// dueAt is when a popped job was due, on the server's clock (zero when
+	// not known): its lateness is the start of its reservation less this.
+	dueAt time.Time
 	// reservation identifies the reservation a popped job was delivered under;
 	// Retry, Touch and Release check it inside their scripts. Zero on a job
 	// that Pop did not return.

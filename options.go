@@ -29,6 +29,7 @@ type options struct {
 	dedup       time.Duration
 	logger      *slog.Logger
 	set         struct{ buckets bool } // options given, where unset means "as stored"
+	observer    Observer
 }
 
 func defaultOptions() options {

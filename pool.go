@@ -74,11 +74,11 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 		return ErrClosed
 	}
 	var reservation any = ""
-	held := q.held.reservation(id)
+	held, topic := q.held.reservation(id)
 	if held != 0 {
 		reservation = held
 	}
-	if err := q.finish(ctx, id, reservation); err != nil {
+	if err := q.finish(ctx, id, reservation, topic); err != nil {
 		return err
 	}
 	q.held.settled(id, held)
@@ -97,8 +97,9 @@ type finishCall struct {
 // holds, so that a consumer whose reservation ran out leaves the job to the
 // consumer that has it now. It works on a closed queue, so that Consume can
 // settle the jobs its handlers finish after Close. Concurrent calls share
-// script calls: one per bucket.
-func (q *DelayQueue) finish(ctx context.Context, id string, reservation any) error {
+// script calls: one per bucket. topic, when known, is reported to the
+// Observer.
+func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, topic string) error {
 	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
@@ -115,6 +116,7 @@ func (q *DelayQueue) finish(ctx context.Context, id string, reservation any) err
 	case -2:
 		return fmt.Errorf("%w: %q", ErrReservationLost, id)
 	}
+	q.observe(ctx, Event{Kind: EventFinished, Topic: topic, JobID: id})
 	return nil
 }
 
@@ -202,8 +204,9 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 //	 3      2     max attempts
 //	 5      4     ttr_ms
 //	 9      6     at_ms: a reserved job's reservation deadline (its score
-//	              in its bucket), when a ready or dead job became so; not
-//	              read for a delayed job, whose due time is its score
+//	              in its bucket), a ready job's due time, when a dead job
+//	              died; not read for a delayed job, whose due time is its
+//	              score
 //	15      6     reservation: the number of the job's latest reservation,
 //	              by which a consumer proves it still holds the job
 //	21      1     topic length

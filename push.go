@@ -60,7 +60,9 @@ func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, 
 			return PushResult{}, err
 		}
 		if a.status != pushTaken {
-			return PushResult{ID: job.ID, Existed: a.status == pushExisted}, nil
+			res := PushResult{ID: job.ID, Existed: a.status == pushExisted}
+			q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: res.Existed})
+			return res, nil
 		}
 		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
 			return PushResult{}, err
@@ -137,6 +139,7 @@ func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]Pu
 			res := make([]PushResult, len(args))
 			for i, a := range args {
 				res[i] = PushResult{ID: a.id, Existed: a.status == pushExisted}
+				q.observe(ctx, Event{Kind: EventPushed, Topic: jobs[i].Topic, JobID: a.id, Existed: res[i].Existed})
 			}
 			return res, nil
 		}
@@ -187,6 +190,7 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 	case res[0] < 0 && len(res) == 2:
 		return PushResult{}, fmt.Errorf("%w: %q is %v", ErrNotPending, job.ID, State(res[1]))
 	}
+	q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: res[0] == 0})
 	return PushResult{ID: job.ID, Existed: res[0] == 0}, nil
 }
 

@@ -104,7 +104,7 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(res)%2 != 1 {
+	if len(res)%3 != 1 {
 		return nil, 0, fmt.Errorf("unexpected reply %v", res)
 	}
 	var status reserveStatus
@@ -119,12 +119,15 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
 		return nil, 0, fmt.Errorf("unexpected status %v", res[0])
 	}
 	var jobs []*Job
-	for i := 1; i < len(res); i += 2 {
+	for i := 1; i < len(res); i += 3 {
 		id, _ := res[i].(string)
 		v, _ := res[i+1].(string)
 		job, err := decodeJob(id, []byte(v))
 		if err != nil {
 			return nil, 0, err
+		}
+		if due, _ := res[i+2].(int64); due > 0 {
+			job.dueAt = time.UnixMilli(due)
 		}
 		jobs = append(jobs, job)
 	}
@@ -201,6 +204,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			}
 			jobs, status, err := q.reserve(ctx, b, topic, l.n)
 			w.settle(l, len(jobs), status, err)
+			q.observeReserved(ctx, jobs)
 			got = append(got, jobs...)
 			switch {
 			case err != nil && len(got) > 0:

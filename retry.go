@@ -145,6 +145,11 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 		return err
 	}
 	q.held.settled(job.ID, job.reservation)
+	kind := EventRetried
+	if res[0] == 2 {
+		kind = EventDead
+	}
+	q.observe(ctx, Event{Kind: kind, Topic: job.Topic, JobID: job.ID, Attempt: job.Attempts, Err: cause})
 	return nil
 }
 

@@ -41,7 +41,13 @@ local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
 if trim == '1' then
   trim_buried(KEYS[7], now_ms)
 end
-local ids = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'LIMIT', 0, batch)
+-- A job's score is when it was due (or its reservation ran out): a ready
+-- job's at_ms keeps it, so that its delivery's lateness can be told.
+local scored = redis.call('ZRANGEBYSCORE', bucket, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, batch)
+local ids, dues = {}, {}
+for i = 1, #scored, 2 do
+  ids[#ids + 1], dues[#dues + 1] = scored[i], floor(tonumber(scored[i + 1]))
+end
 local lists, topics, fields = {}, {}, {}
 
 if #ids > 0 then
@@ -60,10 +66,10 @@ if #ids > 0 then
       else
         local topic
         if job then
-          job.state, job.at = READY, now_ms
+          job.state, job.at = READY, dues[k]
           topic, v = job.topic, encode(job)
         else
-          topic, v = topic_of(v), restate(v, READY, now_ms)
+          topic, v = topic_of(v), restate(v, READY, dues[k])
         end
         group(lists, topics, topic, id)
         fields[#fields + 1] = id

@@ -6,7 +6,8 @@
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
 -- ARGV[6] how long the record lives, ms
--- returns {status, id, job, id, job, ...}: the jobs reserved, and status 1 when
+-- returns {status, id, job, due_ms, id, job, due_ms, ...}: the jobs reserved,
+-- each with when it was due (its at_ms while ready; 0 when not known), and status 1 when
 -- as many as asked were reserved, 0 when the list ran empty, 2 when the
 -- stale IDs dropped reached the limit and the list may hold more.
 -- An ID whose job was removed, is no longer ready, or is now a job of
@@ -50,6 +51,7 @@ local function replay(rec)
     if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 2 then
       out[#out + 1] = id
       out[#out + 1] = v
+      out[#out + 1] = 0
     end
   end
   return out
@@ -114,7 +116,7 @@ for i, id in ipairs(found) do
   local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, reservation + i)
   fields[2 * i - 1], fields[2 * i] = id, enc
   scores[2 * i - 1], scores[2 * i] = at, id
-  out[2 * i], out[2 * i + 1] = id, enc
+  out[3 * i - 1], out[3 * i], out[3 * i + 1] = id, enc, read48(v, AT)
   if first == nil or at < first then
     first = at
   end

@@ -1,0 +1,86 @@
+package delayqueue
+
+import (
+	"context"
+	"time"
+)
+
+// An Observer receives what the queue does, for metrics, tracing or logs
+// (WithObserver). Observe is called synchronously, on the goroutine that
+// did the thing: it must be quick, must not block, and must not call the
+// queue. With no Observer set, the queue does no work for it.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc makes a function an Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// WithObserver sets the Observer that receives the queue's events. One
+// per queue; to feed several, fan out in your own.
+func WithObserver(o Observer) Option { return optionFunc(func(opts *options) { opts.observer = o }) }
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EventPushed: a push or upsert stored a job (Existed: it was there).
+	EventPushed EventKind = iota + 1
+	// EventMoved: a bucket handler made Count due jobs of Topic ready.
+	EventMoved
+	// EventReserved: a Pop or Consume reserved a job; Lateness says how
+	// long after its due time.
+	EventReserved
+	// EventFinished: a job was finished.
+	EventFinished
+	// EventRetried: a job was retried (or snoozed); Err is the cause.
+	EventRetried
+	// EventDead: a job went to the dead letters through Retry or a
+	// handler's error; Err is the cause.
+	EventDead
+	// EventHandled: a Consume handler returned; Duration is how long it
+	// ran, Err what it returned (a panic as an error).
+	EventHandled
+)
+
+// An Event is one thing the queue did. Which fields are set depends on
+// Kind; Topic always is.
+type Event struct {
+	Kind    EventKind
+	Topic   string
+	JobID   string // all but EventMoved
+	Attempt int    // EventReserved, EventHandled, EventRetried, EventDead: the delivery's attempt
+	Count   int    // EventMoved
+	Existed bool   // EventPushed
+	// Lateness is, for EventReserved, the start of the reservation less
+	// the job's due time, both on the Redis server's clock; -1 when the due
+	// time is not known (a reserve call re-sent after a lost reply).
+	Lateness time.Duration
+	Duration time.Duration // EventHandled
+	Err      error         // EventHandled, EventRetried, EventDead
+}
+
+// observe reports e when an Observer is set.
+func (q *DelayQueue) observe(ctx context.Context, e Event) {
+	if q.opts.observer != nil {
+		q.opts.observer.Observe(ctx, e)
+	}
+}
+
+// observeReserved reports the jobs a reserve call returned.
+func (q *DelayQueue) observeReserved(ctx context.Context, jobs []*Job) {
+	if q.opts.observer == nil {
+		return
+	}
+	for _, job := range jobs {
+		late := time.Duration(-1)
+		if !job.dueAt.IsZero() {
+			late = job.ReservedUntil.Add(-job.TTR).Sub(job.dueAt)
+		}
+		q.opts.observer.Observe(ctx, Event{Kind: EventReserved, Topic: job.Topic, JobID: job.ID,
+			Attempt: job.Attempts, Lateness: late})
+	}
+}
