@@ -28,12 +28,11 @@ import (
 // subscriptions; the notifier then subscribes anew on the bucket's new master.
 // No lock of the notifier is held while it talks to Redis.
 type notifier struct {
-	env     notifierEnv
-	sharded bool
-	ctx     context.Context // ends at close; for re-subscribing in the background
-	cancel  context.CancelFunc
-	moves   sync.WaitGroup // re-subscriptions under way
-	sends   sync.WaitGroup // subscriptions being sent
+	env    notifierEnv
+	ctx    context.Context // ends at close; for re-subscribing in the background
+	cancel context.CancelFunc
+	moves  sync.WaitGroup // re-subscriptions under way
+	sends  sync.WaitGroup // subscriptions being sent
 
 	mu       sync.Mutex
 	subs     map[int]*subscription // by bucket when sharded, else only 0
@@ -57,8 +56,10 @@ type notifierEnv struct {
 	readyChannel func(b int, topic string) string
 	// slotMoved has the client learn a slot's new owner.
 	slotMoved func(ctx context.Context)
-	// resumed says a topic was resumed: the paused topics are read again.
-	resumed func()
+	// resynced says a ready channel was resynced (its subscription
+	// confirmed, or its topic resumed): what it carried may have been
+	// lost, a resume included, so the paused topics are read again.
+	resynced func()
 }
 
 // A bucketWaker is what the notifier wakes on a bucket's wake channel:
@@ -86,7 +87,6 @@ type route struct {
 func newNotifier(ctx context.Context, env notifierEnv) *notifier {
 	n := &notifier{
 		env:     env,
-		sharded: env.sharded,
 		subs:    map[int]*subscription{},
 		routes:  map[string]route{},
 		topics:  map[string]*topicWatch{},
@@ -166,13 +166,11 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 			h.wake(time.Duration(us) * time.Microsecond)
 		}
 	case w == nil:
-	case resync:
-		w.notify(r.bucket, math.MaxInt32)
-	case payload == resumeMessage:
-		if n.env.resumed != nil {
-			n.env.resumed()
+	case resync || payload == resumeMessage:
+		if n.env.resynced != nil {
+			n.env.resynced()
 		}
-		w.resumed(r.bucket)
+		w.notify(r.bucket, math.MaxInt32)
 	default:
 		payload, mark, _ := strings.Cut(payload, ":")
 		if h != nil && mark != "" && h.wokeFromReply(mark, r.topic) {
@@ -210,7 +208,7 @@ func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
 			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
 			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
 			slotMoved:    func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
-			resumed:      q.pauses.invalidate,
+			resynced:     q.pauses.invalidate,
 		})
 	}
 	return q.notes

@@ -3,7 +3,6 @@ package delayqueue
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 )
@@ -21,9 +20,10 @@ const pauseRefresh = 500 * time.Millisecond
 
 // pauses is this process's view of the paused topics.
 type pauses struct {
-	mu      sync.Mutex
-	topics  map[string]bool
-	fetched time.Time // zero: read the set again
+	mu       sync.Mutex
+	topics   map[string]bool
+	fetched  time.Time // zero: read the set again
+	fetching bool      // a Pop reads the set now; the others use the view they have
 }
 
 // Pause stops delivering topic's jobs, in every process, within a second:
@@ -77,31 +77,35 @@ func (q *DelayQueue) PausedTopics(ctx context.Context) ([]string, error) {
 	return topics, nil
 }
 
-// resumeMessage, on a topic's ready channel, says the topic was resumed.
+// resumeMessage, on a topic's ready channel, says the topic was resumed:
+// the notifier resyncs the channel, as after a reconnect.
 const resumeMessage = "resume"
 
 // isPaused reports whether topic is paused, as of at most pauseRefresh ago.
 func (q *DelayQueue) isPaused(ctx context.Context, topic string) (bool, error) {
 	p := &q.pauses
 	p.mu.Lock()
-	if !p.fetched.IsZero() && time.Since(p.fetched) < pauseRefresh {
+	if p.fetching || (!p.fetched.IsZero() && time.Since(p.fetched) < pauseRefresh) {
+		// Fresh, or another Pop of this process is reading the set: the
+		// view it replaces is at most a round trip staler.
 		paused := p.topics[topic]
 		p.mu.Unlock()
 		return paused, nil
 	}
+	p.fetching = true
 	p.mu.Unlock()
 	topics, err := q.PausedTopics(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fetching = false
 	if err != nil {
 		return false, err
 	}
-	set := make(map[string]bool, len(topics))
+	p.topics, p.fetched = make(map[string]bool, len(topics)), time.Now()
 	for _, t := range topics {
-		set[t] = true
+		p.topics[t] = true
 	}
-	p.mu.Lock()
-	p.topics, p.fetched = set, time.Now()
-	p.mu.Unlock()
-	return set[topic], nil
+	return p.topics[topic], nil
 }
 
 // invalidate has the next look read the paused topics again.
@@ -109,9 +113,4 @@ func (p *pauses) invalidate() {
 	p.mu.Lock()
 	p.fetched = time.Time{}
 	p.mu.Unlock()
-}
-
-// resumed wakes every waiting Pop of topic in bucket b, after a resume.
-func (w *topicWatch) resumed(b int) {
-	w.notify(b, math.MaxInt32)
 }

@@ -47,7 +47,7 @@ func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error)
 	for ch, r := range channels {
 		n.routes[ch] = r
 		key := 0
-		if n.sharded {
+		if n.env.sharded {
 			key = r.bucket
 		}
 		sub := n.subs[key]
@@ -55,7 +55,7 @@ func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error)
 			// No round trip: go-redis connects at the first (S)SUBSCRIBE,
 			// to the node that owns that channel's slot.
 			sub = &subscription{key: key, confirmed: map[string]chan struct{}{}}
-			if n.sharded {
+			if n.env.sharded {
 				sub.ps = n.env.client.SSubscribe(n.ctx)
 			} else {
 				sub.ps = n.env.client.Subscribe(n.ctx)
@@ -78,7 +78,7 @@ func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error)
 		go func() {
 			defer n.sends.Done()
 			var err error
-			if n.sharded {
+			if n.env.sharded {
 				err = sub.ps.SSubscribe(n.ctx, chs...)
 			} else {
 				err = sub.ps.Subscribe(n.ctx, chs...)

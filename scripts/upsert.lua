@@ -19,6 +19,7 @@ local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
 local id, delay, v, take_reserved = ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
 
+local topic = topic_of(v)
 local cur = redis.call('HGET', pool, id)
 local was_ready = false
 if cur then
@@ -26,7 +27,7 @@ if cur then
   if state == DEAD or (state == RESERVED and not take_reserved) then
     return {-1, state}
   end
-  was_ready = state == READY and topic_of(cur) == topic_of(v)
+  was_ready = state == READY and topic_of(cur) == topic
 end
 local now = now_us()
 local now_ms = floor(now / 1000)
@@ -36,7 +37,6 @@ if due <= now_ms then
   -- Ready now. A job that was ready in the same topic keeps its place in
   -- the list; otherwise the ID joins the list, and an entry it left in
   -- another list is dropped by the consumer that meets it.
-  local topic = topic_of(v)
   if not was_ready then
     redis.call('RPUSH', ready_prefix .. topic, id)
   end
