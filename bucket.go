@@ -39,7 +39,7 @@ type topicCount struct {
 // deletes the tombstones whose dedup window ended.
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64, trim bool) (moveResult, error) {
 	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup}
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts}
 	reply, err := q.run(ctx, b, scriptMove, keys,
 		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trim).Slice()
 	if err != nil {
@@ -115,7 +115,7 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 		delayMs = -1
 	}
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix},
+	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix, bk.counts},
 		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)

@@ -102,7 +102,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{metaKey(o.name)}, buckets, jobFormatVersion, asStored).Int64Slice()
+	res, err := scriptInit.Run(ctx, client, []string{metaKey(o.name)}, buckets, queueFormat, asStored).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
@@ -128,8 +128,8 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	// its own lanes, beside the flush that sends their batches.
 	q.pushes, q.calls = q.pushLanes(lanes), q.callLanes(lanes)
 	q.reserves, q.finishes = q.reserveLanes(lanes), q.finishLanes(lanes)
-	if res[2] != jobFormatVersion {
-		return nil, fmt.Errorf("%w: queue %q holds jobs in encoding %d, this version writes %d", ErrFormatMismatch, o.name, res[2], jobFormatVersion)
+	if res[2] != queueFormat {
+		return nil, fmt.Errorf("%w: queue %q was written in format %d, this version writes %d", ErrFormatMismatch, o.name, res[2], queueFormat)
 	}
 	if res[1] < 1 {
 		return nil, fmt.Errorf("delayqueue: open queue %q: instance number %d", o.name, res[1])

@@ -96,7 +96,10 @@ func TestNewRefusesJobsOfAnotherEncoding(t *testing.T) {
 		require.NoError(t, be.client.HSet(ctx, q.keys.meta(), "format", 1).Err())
 		_, err = New(be.client, WithName(name))
 		assert.ErrorIs(t, err, ErrFormatMismatch, "format 1 had no dedup windows")
-		require.NoError(t, be.client.HSet(ctx, q.keys.meta(), "format", jobFormatVersion).Err())
+		require.NoError(t, be.client.HSet(ctx, q.keys.meta(), "format", 2).Err())
+		_, err = New(be.client, WithName(name))
+		assert.ErrorIs(t, err, ErrFormatMismatch, "format 2 kept no counts")
+		require.NoError(t, be.client.HSet(ctx, q.keys.meta(), "format", queueFormat).Err())
 		newQueue(t, be.client, WithName(name))
 	})
 }

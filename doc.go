@@ -67,7 +67,9 @@
 //	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET    tombstones: IDs of finished or removed jobs, by end of window
-//	dq:{name}:meta             HASH    bucket count, job encoding, instance counter for IDs
+//	dq:{name:b}:counts         HASH    how many jobs of each topic are delayed, ready, reserved
+//	dq:{name}:meta             HASH    bucket count, format, instance counter for IDs
+//	dq:{name}:paused           SET     paused topics
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.
@@ -106,6 +108,10 @@
 //     its reservation; outcome.go holds the errors with which a handler
 //     asks for another outcome (ErrSkipRetry, RetryIn, Snooze).
 //   - dead.go: jobs out of attempts: listed, requeued, purged, expired.
-//   - stats.go: counts per state and topic. scripts.go loads scripts/*.lua
-//     and sends their calls; ids.go makes job IDs.
+//   - seeing inside: inspect.go reads the counts per topic and state
+//     that every script keeps (Overview, Counts, Topics); list.go lists
+//     a topic's jobs by state, a bounded step at a time (List); pause.go
+//     pauses a topic; observe.go hands every step to an Observer.
+//   - scripts.go loads scripts/*.lua and sends their calls; ids.go makes
+//     job IDs.
 package delayqueue

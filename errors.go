@@ -58,6 +58,14 @@ var (
 	// were written by a version of this package that encodes jobs
 	// differently: drain the queue with that version, or use another name.
 	ErrFormatMismatch = errors.New("delayqueue: jobs in Redis are encoded by another version")
+	// ErrInvalidCursor is returned by List for a cursor it did not make
+	// for the same topic, state and bucket count.
+	ErrInvalidCursor = errors.New("delayqueue: invalid cursor")
+	// ErrInvalidState is returned by List for a State that is not
+	// StateDelayed, StateReady, StateReserved or StateDead.
+	ErrInvalidState = errors.New("delayqueue: invalid state")
+	// ErrInvalidLimit is returned by List for a page size out of range.
+	ErrInvalidLimit = errors.New("delayqueue: invalid limit")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("delayqueue: queue closed")
 	// ErrStarted is returned by Start when the queue was started already.

@@ -27,6 +27,7 @@ import (
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
+//	dq:{name:b}:counts         HASH  "<state>:<topic>" -> how many of the bucket's jobs of topic are delayed (1), ready (2) or reserved (3)
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
 // Each bucket also has pub/sub channels under its tag. On Redis Cluster the
@@ -42,8 +43,8 @@ type keyspace struct {
 
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
-	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup string
-	wake, readyChannels                                                                 string // channel, and prefix of the topics' channels
+	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
+	wake, readyChannels                                                                         string // channel, and prefix of the topics' channels
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -60,6 +61,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			reservations:  prefix + "leases",
 			records:       prefix + "rsv:",
 			dedup:         prefix + "dedup",
+			counts:        prefix + "counts",
 			wake:          prefix + "ev:wake",
 			readyChannels: prefix + "ev:ready:",
 		}

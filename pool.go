@@ -139,7 +139,7 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*f
 		for _, r := range g.Reqs {
 			args = append(args, r.In.id, r.In.reservation)
 		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup}, args: args, settles: true, bucket: g.Key}
+		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup, bk.counts}, args: args, settles: true, bucket: g.Key}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
@@ -172,7 +172,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics}, id).Int64()
+	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics, bk.counts}, id).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}
@@ -220,6 +220,11 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 // A job of a 5-byte topic and a 128-byte body, with its push nonce, fits
 // one 160-byte allocation of Redis's allocator. In Go, encodeJob writes the
 // header and decodeJob reads it; in Lua, job.lua's header writes it.
+// queueFormat is what a queue's meta hash records as its "format", and
+// New checks: 3 is jobs in job format 2 with counts per bucket (keys.go).
+// A queue written in another format is refused (ErrFormatMismatch).
+const queueFormat = 3
+
 const (
 	jobFormatVersion = 2
 	jobFormat        = jobFormatVersion << 6 // in the top 2 bits of the first byte

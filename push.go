@@ -179,7 +179,7 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 	}
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup},
+	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts},
 		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job, slices.Contains(opts, ReplaceReserved)).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
@@ -357,7 +357,7 @@ func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
 	for _, j := range jobs {
 		args = append(args, j.id, j.delayMs, j.job, j.generated)
 	}
-	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup}, args
+	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts}, args
 }
 
 // pushResult reads push.lua's reply into the jobs' statuses.

@@ -75,7 +75,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	for i, g := range groups {
 		bk := q.keys.bucket(g.Key.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys:    []string{bk.ready(g.Key.topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName())},
+			keys:    []string{bk.ready(g.Key.topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName()), bk.counts},
 			args:    []any{bk.wake, q.pub, staleSkips, g.Key.topic, g.Size, q.recordLife.Milliseconds()},
 			settles: true, bucket: g.Key.b}
 	}

@@ -275,7 +275,7 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// the reply is lost.
 		call := func() *redis.Cmd {
 			return scriptReserve.Run(ctx, be.client,
-				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1")},
+				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1"), bk.counts},
 				bk.wake, q.pub, staleSkips, "t", 2, 60_000)
 		}
 		first, _, err := reserveResult(call())

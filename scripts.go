@@ -34,6 +34,8 @@ var (
 	scriptDead       = loadScript("dead.lua")
 	scriptRequeue    = loadScript("requeue.lua")
 	scriptPurge      = loadScript("purge.lua")
+	scriptSummary    = loadScript("summary.lua")
+	scriptList       = loadScript("list.lua")
 )
 
 func loadScript(name string) *redis.Script {

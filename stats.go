@@ -23,6 +23,10 @@ type Stats struct {
 
 // Stats reads the queue's counts for topic in one pipeline: O(1) per
 // bucket. It returns ErrInvalidTopic for a bad topic.
+//
+// Deprecated: Stats mixes figures of the whole queue (Jobs, Scheduled) with
+// the topic's (Ready, Dead), and Ready counts IDs left in the list by jobs
+// no longer ready. Use Counts for a topic and Overview for the queue.
 func (q *DelayQueue) Stats(ctx context.Context, topic string) (Stats, error) {
 	if err := q.checkTopic(topic); err != nil {
 		return Stats{}, err

@@ -1,6 +1,6 @@
 -- finish.lua: delete reserved jobs: their work is done.
--- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset  KEYS[4..] records
--- of answered reserve calls, to delete
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset  KEYS[4] counts hash
+-- KEYS[5..] records of answered reserve calls, to delete
 -- ARGV two values per job: job id, and the reservation the caller holds or "" for
 -- any reservation
 -- returns one integer per job: 1 finished, 0 no such job, -1 the job is not
@@ -15,7 +15,7 @@ for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
 end
 local vs = redis.call('HMGET', pool, unpack(ids))
-local out, done = {}, {}
+local out, done, finished = {}, {}, {}
 for i, id in ipairs(ids) do
   local reservation, v = ARGV[2 * i], vs[i]
   if not v or done[id] then
@@ -31,6 +31,7 @@ for i, id in ipairs(ids) do
       out[i] = 1
       done[id] = true
       done[#done + 1] = id
+      add1(finished, topic_of(v))
       if has(v, HAS_WINDOW) then -- spares the clock when there is no window
         bury(dedup, id, v, floor(now_us() / 1000))
       end
@@ -40,6 +41,7 @@ end
 if #done > 0 then
   redis.call('HDEL', pool, unpack(done))
   redis.call('ZREM', bucket, unpack(done))
+  tally_each(KEYS[4], RESERVED, finished, -1)
 end
-forget_records(4)
+forget_records(5)
 return out

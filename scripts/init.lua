@@ -1,7 +1,7 @@
 -- init.lua: record a queue's bucket count and job encoding on first use, and
 -- hand out an instance number for job IDs.
 -- KEYS[1] queue meta hash
--- ARGV[1] bucket count the caller expects  ARGV[2] job encoding it writes
+-- ARGV[1] bucket count the caller expects  ARGV[2] format it writes (queueFormat)
 -- ARGV[3] 1 when the caller takes the stored bucket count, whatever it is
 -- (ARGV[1] is then the count for a new queue), else 0
 -- returns {stored bucket count, instance number, stored encoding}: the

@@ -132,6 +132,36 @@ local function group(lists, topics, topic, id)
   list[#list + 1] = id
 end
 
+-- Counts. Each bucket keeps, in one hash (keys.go), how many of its jobs
+-- of each topic are delayed, ready and reserved, under "<state>:<topic>",
+-- so that a topic's counts cost one read however many jobs it has. Every
+-- script that takes a job into one of these states or out of it tallies
+-- the change, in the same call; a count that falls to 0 is deleted. Dead
+-- letters are counted by their own sets.
+
+-- tally adds n to the count of topic's jobs in state.
+local function tally(counts, state, topic, n)
+  if n ~= 0 then
+    local field = state .. ':' .. topic
+    if redis.call('HINCRBY', counts, field, n) <= 0 then
+      redis.call('HDEL', counts, field)
+    end
+  end
+end
+
+-- tally_each adds sign times each topic's number in per_topic (topic ->
+-- number) to the count of that topic's jobs in state.
+local function tally_each(counts, state, per_topic, sign)
+  for topic, n in pairs(per_topic) do
+    tally(counts, state, topic, sign * n)
+  end
+end
+
+-- add1 adds one to topic's number in per_topic.
+local function add1(per_topic, topic)
+  per_topic[topic] = (per_topic[topic] or 0) + 1
+end
+
 local function u32at(v, pos)
   local a, b, c, d = byte(v, pos, pos + 3)
   return ((a * 256 + b) * 256 + c) * 256 + d

@@ -3,7 +3,7 @@
 -- lease or extends its own; a lease held by another token moves nothing.
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
--- KEYS[7] dedup zset
+-- KEYS[7] dedup zset  KEYS[8] counts hash
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
 -- number for this call  ARGV[7] 1 to delete (up to 1,000) tombstones whose
@@ -49,6 +49,7 @@ for i = 1, #scored, 2 do
   ids[#ids + 1], dues[#dues + 1] = scored[i], floor(tonumber(scored[i + 1]))
 end
 local lists, topics, fields = {}, {}, {}
+local left = {[DELAYED] = {}, [RESERVED] = {}} -- state -> topic -> jobs that left it
 
 if #ids > 0 then
   local vs = redis.call('HMGET', pool, unpack(ids))
@@ -56,21 +57,22 @@ if #ids > 0 then
     local v = vs[k]
     local state = v and byte(v, 1) % 8
     if state == RESERVED or state == DELAYED then
-      local job
+      local job, topic
       if state == RESERVED then
         job = decode(v)
         job.err = 'reservation ran out (TTR ' .. string.format('%d', job.ttr) .. ' ms)'
       end
       if job and job.attempts >= job.max then
+        add1(left[RESERVED], job.topic)
         kill(pool, dead_prefix, dead_topics, id, job, now)
       else
-        local topic
         if job then
           job.state, job.at = READY, dues[k]
           topic, v = job.topic, encode(job)
         else
           topic, v = topic_of(v), restate(v, READY, dues[k])
         end
+        add1(left[state], topic)
         group(lists, topics, topic, id)
         fields[#fields + 1] = id
         fields[#fields + 1] = v
@@ -87,10 +89,13 @@ if #ids > 0 then
   -- The IDs are the bucket's lowest: removing them by rank costs one walk
   -- of the skiplist, not one per ID (ZREM), whatever the bucket holds.
   redis.call('ZREMRANGEBYRANK', bucket, 0, #ids - 1)
+  tally_each(KEYS[8], DELAYED, left[DELAYED], -1)
+  tally_each(KEYS[8], RESERVED, left[RESERVED], -1)
 end
 -- Wake as many consumers of each topic as jobs became ready.
 local out = {#ids, -1, mark}
 for _, topic in ipairs(topics) do
+  tally(KEYS[8], READY, topic, #lists[topic])
   redis.call(pub, ready_channel .. topic, #lists[topic] .. ':' .. mark)
   out[#out + 1] = topic
   out[#out + 1] = #lists[topic]

@@ -1,6 +1,6 @@
 -- push.lua: add jobs to one bucket; a job whose ID exists already is left alone.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
--- KEYS[4] dedup zset (tombstones of finished and removed jobs)
+-- KEYS[4] dedup zset (tombstones of finished and removed jobs)  KEYS[5] counts hash
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
 -- ARGV[4..] four values per job:
 --   id, delay_ms ("" when the job's at_ms holds its due time), the job
@@ -15,7 +15,7 @@
 -- a generated id held by a job of the same push nonce (this very push, run
 -- before) counts as created.
 
-local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local pool, bucket, ready_prefix, dedup, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
 
 local now = now_us()
@@ -58,7 +58,7 @@ for n = 1, count do
 end
 local held = redis.call('HMGET', pool, unpack(ids))
 local stored = {} -- id -> the job this call stored under it
-local fields, scores, lists, first_due = {}, {}, {}, nil
+local fields, scores, lists, first_due, delayed = {}, {}, {}, nil, {}
 for n = 1, count do
   local id, delay, v, gen = ARGV[4 * n], ARGV[4 * n + 1], ARGV[4 * n + 2], ARGV[4 * n + 3]
   local due = pushed_due(now, delay, v)
@@ -77,6 +77,7 @@ for n = 1, count do
       -- score, and its at_ms is not read (see job.lua).
       scores[#scores + 1] = due
       scores[#scores + 1] = id
+      add1(delayed, topic_of(v))
       if first_due == nil or due < first_due then
         first_due = due
       end
@@ -97,8 +98,10 @@ if #scores > 0 then
   redis.call('ZADD', bucket, unpack(scores))
 end
 
+tally_each(counts, DELAYED, delayed, 1)
 -- Wake as many consumers of each topic as jobs became ready.
 for _, topic in ipairs(topics) do
+  tally(counts, READY, topic, #lists[topic])
   redis.call(pub, ready_channel .. topic, #lists[topic])
 end
 -- Wake the bucket's handler when a new job became the earliest of the bucket.

@@ -1,6 +1,6 @@
 -- remove.lua: cancel a job in any state.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dead-letter key prefix
--- KEYS[4] dedup zset  KEYS[5] dead topics set
+-- KEYS[4] dedup zset  KEYS[5] dead topics set  KEYS[6] counts hash
 -- ARGV[1] job id
 -- returns 1 removed, 0 no such job
 -- A ready job's ID stays in its ready list and is dropped when popped, so
@@ -19,5 +19,8 @@ if job.state == DEAD then
 end
 redis.call('HDEL', pool, id)
 redis.call('ZREM', bucket, id)
+if job.state ~= DEAD then
+  tally(KEYS[6], job.state, job.topic, -1)
+end
 bury(dedup, id, v, floor(now_us() / 1000))
 return 1

@@ -1,7 +1,7 @@
 -- requeue.lua: give dead jobs of a topic a new life: ready at once, with
 -- their attempts reset.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
--- KEYS[4] dead topics set
+-- KEYS[4] dead topics set  KEYS[5] counts hash
 -- ARGV[1] ready channel prefix  ARGV[2] publish command  ARGV[3] batch size
 -- ARGV[4] job id, or "" for the oldest batch of the topic  ARGV[5] topic
 -- returns how many jobs were requeued
@@ -30,4 +30,5 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', dead, id)
 end
 dead_gone(dead, dead_topics, ARGV[5])
+tally(KEYS[5], READY, ARGV[5], n)
 return n

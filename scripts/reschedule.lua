@@ -1,5 +1,5 @@
 -- reschedule.lua: move a pending (delayed or ready) job to a new due time.
--- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix  KEYS[4] counts hash
 -- ARGV[1] job id  ARGV[2] delay ms (-1 when ARGV[3] holds the due time)
 -- ARGV[3] due ms  ARGV[4] wake channel  ARGV[5] ready channel prefix
 -- ARGV[6] publish command
@@ -28,8 +28,14 @@ if due <= math.floor(now / 1000) then
   if job.state == DELAYED then
     make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
     redis.call('ZREM', bucket, id)
+    tally(KEYS[4], DELAYED, job.topic, -1)
+    tally(KEYS[4], READY, job.topic, 1)
   end
   return {1, job.at}
+end
+if job.state == READY then
+  tally(KEYS[4], READY, job.topic, -1)
+  tally(KEYS[4], DELAYED, job.topic, 1)
 end
 schedule(pool, bucket, pub, wake, id, job, due, now)
 return {1, due}

@@ -2,7 +2,8 @@
 -- reserve them.
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
 -- KEYS[5] this call's record (a key of the caller's choosing, new for every
--- call)  KEYS[6..] records of answered reserve calls, to delete
+-- call)  KEYS[6] counts hash  KEYS[7..] records of answered reserve calls,
+-- to delete
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
 -- ARGV[6] how long the record lives, ms
@@ -29,7 +30,7 @@
 
 local ready, pool, bucket, reservations, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-forget_records(6)
+forget_records(7)
 
 -- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
 -- maxReserve (ready.go), and the script never takes more than 1,000.
@@ -124,5 +125,7 @@ end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
 redis.call('LTRIM', ready, taken, -1)
+tally(KEYS[6], READY, topic, -#found)
+tally(KEYS[6], RESERVED, topic, #found)
 wake_if_first(bucket, pub, wake, first, now)
 return out

@@ -3,8 +3,8 @@
 -- the handler asked: to the dead letters now ("dead"), or back after the
 -- delay without counting the attempt ("snooze").
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
--- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6..] records
--- of answered reserve calls, to delete
+-- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6] counts hash
+-- KEYS[7..] records of answered reserve calls, to delete
 -- ARGV[1] job id  ARGV[2] reservation  ARGV[3] delay ms  ARGV[4] error text
 -- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] publish command
 -- ARGV[8] mode: "retry", "dead" or "snooze" (the error text is then kept)
@@ -14,7 +14,7 @@
 
 local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, reservation, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-forget_records(6)
+forget_records(7)
 local wake, ready_channel, pub = ARGV[5], ARGV[6], ARGV[7]
 
 local mode = ARGV[8]
@@ -27,6 +27,7 @@ if mode == 'snooze' then
 else
   job.err = ARGV[4]
 end
+tally(KEYS[6], RESERVED, job.topic, -1)
 local now = now_us()
 if mode == 'dead' or (mode ~= 'snooze' and job.attempts >= job.max) then
   kill(pool, dead_prefix, dead_topics, id, job, now)
@@ -37,7 +38,9 @@ local due = due_ms(now, delay)
 if delay <= 0 then
   make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
   redis.call('ZREM', bucket, id)
+  tally(KEYS[6], READY, job.topic, 1)
   return {1, due}
 end
 schedule(pool, bucket, pub, wake, id, job, due, now)
+tally(KEYS[6], DELAYED, job.topic, 1)
 return {1, due}

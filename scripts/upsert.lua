@@ -3,7 +3,7 @@
 -- new job's; attempts and last error start over. An explicit write: a
 -- tombstone of the ID (its dedup window) is cleared, not obeyed.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
--- KEYS[4] dedup zset
+-- KEYS[4] dedup zset  KEYS[5] counts hash
 -- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
 -- ARGV[4] id  ARGV[5] delay ms ("" when the job's at_ms holds its due time)
 -- ARGV[6] the job encoded as a delayed job (job.lua)
@@ -28,6 +28,7 @@ if cur then
     return {-1, state}
   end
   was_ready = state == READY and topic_of(cur) == topic
+  tally(KEYS[5], state, topic_of(cur), -1)
 end
 local now = now_us()
 local now_ms = floor(now / 1000)
@@ -43,10 +44,12 @@ if due <= now_ms then
   redis.call('HSET', pool, id, restate(v, READY, now_ms))
   redis.call('ZREM', bucket, id) -- its due time, or its reservation's deadline
   redis.call(pub, ready_channel .. topic, '1')
+  tally(KEYS[5], READY, topic, 1)
 else
   redis.call('HSET', pool, id, v)
   redis.call('ZADD', bucket, due, id)
   wake_if_first(bucket, pub, wake, due, now)
+  tally(KEYS[5], DELAYED, topic, 1)
 end
 if cur then
   return {0}

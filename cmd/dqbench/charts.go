@@ -66,7 +66,7 @@ func (b *bench) waitReady(ctx context.Context, q *delayqueue.DelayQueue, n int, 
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
-		st, err := q.Stats(ctx, "bench")
+		st, err := q.Counts(ctx, "bench")
 		if err != nil {
 			return err
 		}

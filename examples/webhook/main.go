@@ -144,7 +144,7 @@ func run(ctx context.Context) error {
 		mu.Lock()
 		n := len(delivered)
 		mu.Unlock()
-		st, err := q.Stats(ctx, "webhook")
+		st, err := q.Counts(ctx, "webhook")
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,234 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Seeing inside: how many jobs of each topic are in each state, and how far
+// behind consumers are. Each bucket counts its delayed, ready and reserved
+// jobs per topic as the scripts move them (job.lua), and dead letters are
+// counted by their sets, so the figures cost one script call per bucket,
+// all in one pipeline, whatever the number of jobs. The listing of jobs is
+// in list.go.
+
+// Counts says how many jobs of a topic are in each state.
+type Counts struct {
+	Delayed, Ready, Reserved, Dead int
+	// OldestReady is how long the oldest ready job has waited since it was
+	// due (or made ready by a retry, release or requeue), on the Redis
+	// server's clock: how far behind the topic's consumers are. Zero when
+	// no job is ready.
+	OldestReady time.Duration
+}
+
+// add adds c's jobs to s's, and keeps the larger OldestReady.
+func (s *Counts) add(c Counts) {
+	s.Delayed += c.Delayed
+	s.Ready += c.Ready
+	s.Reserved += c.Reserved
+	s.Dead += c.Dead
+	s.OldestReady = max(s.OldestReady, c.OldestReady)
+}
+
+// Overview is the queue's figures at one moment: per topic, and for the
+// queue as a whole, apart.
+type Overview struct {
+	// Topics holds every topic with a job in some state, and every paused
+	// topic.
+	Topics map[string]Counts
+	// Total sums the topics' counts; its OldestReady is the largest.
+	Total Counts
+	// Jobs is how many jobs the queue's buckets hold, of every topic and
+	// state: Total's sum, but for jobs caught between two states by a
+	// script that failed half-way (job.lua).
+	Jobs int
+	// Paused lists the paused topics, sorted (Pause).
+	Paused []string
+	// Buckets is the queue's bucket count.
+	Buckets int
+}
+
+// Overview reads the figures of every topic: one script call per bucket,
+// each O(topics) (and reading at most 100 entries of each topic's ready
+// list to find its oldest job), in one pipeline.
+func (q *DelayQueue) Overview(ctx context.Context) (Overview, error) {
+	if q.closed.Load() {
+		return Overview{}, ErrClosed
+	}
+	ov := Overview{Topics: map[string]Counts{}, Buckets: q.opts.buckets}
+	err := q.summarize(ctx, "", func(topic string, c Counts) {
+		cur := ov.Topics[topic]
+		cur.add(c)
+		ov.Topics[topic] = cur
+	}, &ov.Jobs)
+	if err != nil {
+		return Overview{}, err
+	}
+	if ov.Paused, err = q.PausedTopics(ctx); err != nil {
+		return Overview{}, err
+	}
+	slices.Sort(ov.Paused)
+	for _, topic := range ov.Paused {
+		if _, ok := ov.Topics[topic]; !ok {
+			ov.Topics[topic] = Counts{}
+		}
+	}
+	for _, c := range ov.Topics {
+		ov.Total.add(c)
+	}
+	return ov, nil
+}
+
+// Counts reads the figures of one topic: one script call per bucket, O(1)
+// each (and reading at most 100 entries of the topic's ready list), in one
+// pipeline. It returns ErrInvalidTopic for a bad topic.
+func (q *DelayQueue) Counts(ctx context.Context, topic string) (Counts, error) {
+	if err := q.checkTopic(topic); err != nil {
+		return Counts{}, err
+	}
+	var sum Counts
+	var jobs int
+	err := q.summarize(ctx, topic, func(_ string, c Counts) { sum.add(c) }, &jobs)
+	return sum, err
+}
+
+// Topics lists, sorted, the topics that have a job in some state, or are
+// paused.
+func (q *DelayQueue) Topics(ctx context.Context) ([]string, error) {
+	ov, err := q.Overview(ctx)
+	if err != nil {
+		return nil, err
+	}
+	topics := make([]string, 0, len(ov.Topics))
+	for topic := range ov.Topics {
+		topics = append(topics, topic)
+	}
+	slices.Sort(topics)
+	return topics, nil
+}
+
+// summarize runs summary.lua on every bucket, for topic ("" for all), and
+// gives each bucket's counts per topic to each; it adds the buckets' job
+// counts to jobs.
+func (q *DelayQueue) summarize(ctx context.Context, topic string, each func(topic string, c Counts), jobs *int) error {
+	calls := make([]*scriptCall, q.opts.buckets)
+	for b := range calls {
+		bk := q.keys.bucket(b)
+		calls[b] = &scriptCall{script: scriptSummary, bucket: b, args: []any{topic},
+			keys: []string{bk.counts, bk.pool, bk.deadTopics, bk.readyPrefix, bk.deadPrefix}}
+	}
+	q.sendCalls(ctx, calls)
+	for b, c := range calls {
+		per, n, err := readSummary(c.cmd)
+		if err != nil {
+			return fmt.Errorf("delayqueue: count the jobs of bucket %d: %w", b, err)
+		}
+		*jobs += n
+		for t, counts := range per {
+			each(t, counts)
+		}
+	}
+	return nil
+}
+
+// readSummary reads summary.lua's reply: the bucket's counts per topic, and
+// its job count.
+func readSummary(cmd *redis.Cmd) (map[string]Counts, int, error) {
+	reply, err := cmd.Slice()
+	if err != nil {
+		return nil, 0, err
+	}
+	bad := func() (map[string]Counts, int, error) {
+		return nil, 0, fmt.Errorf("unexpected reply %v", reply)
+	}
+	if len(reply) != 5 {
+		return bad()
+	}
+	now, ok1 := reply[0].(int64)
+	jobs, ok2 := reply[1].(int64)
+	counts, ok3 := reply[2].([]any)
+	dead, ok4 := reply[3].([]any)
+	ages, ok5 := reply[4].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return bad()
+	}
+	per := map[string]Counts{}
+	err = pairs(counts, func(field string, v any) error {
+		n, err := replyInt(v)
+		state, topic, ok := strings.Cut(field, ":")
+		if err != nil || !ok {
+			return fmt.Errorf("count %q: %v", field, v)
+		}
+		c := per[topic]
+		switch state {
+		case strconv.Itoa(int(StateDelayed)):
+			c.Delayed = int(n)
+		case strconv.Itoa(int(StateReady)):
+			c.Ready = int(n)
+		case strconv.Itoa(int(StateReserved)):
+			c.Reserved = int(n)
+		}
+		per[topic] = c
+		return nil
+	})
+	if err == nil {
+		err = pairs(dead, func(topic string, v any) error {
+			n, err := replyInt(v)
+			c := per[topic]
+			c.Dead = int(n)
+			if c != (Counts{}) {
+				per[topic] = c
+			}
+			return err
+		})
+	}
+	if err == nil {
+		err = pairs(ages, func(topic string, v any) error {
+			at, err := replyInt(v)
+			c := per[topic]
+			c.OldestReady = time.Duration(max(now-at, 0)) * time.Millisecond
+			per[topic] = c
+			return err
+		})
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return per, int(jobs), nil
+}
+
+// pairs calls f for each name and value of a flat reply [name, value, ...].
+func pairs(flat []any, f func(name string, v any) error) error {
+	if len(flat)%2 != 0 {
+		return fmt.Errorf("odd reply %v", flat)
+	}
+	for i := 0; i < len(flat); i += 2 {
+		name, ok := flat[i].(string)
+		if !ok {
+			return fmt.Errorf("unexpected name %v", flat[i])
+		}
+		if err := f(name, flat[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replyInt reads an integer from a script's reply, sent as an integer or
+// as the text of one.
+func replyInt(v any) (int64, error) {
+	switch n := v.(type) {
+	case int64:
+		return n, nil
+	case string:
+		return strconv.ParseInt(n, 10, 64)
+	}
+	return 0, fmt.Errorf("not an integer: %v", v)
+}

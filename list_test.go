@@ -1,0 +1,274 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// listAll pages through a listing, calling between before each page after
+// the first, and returns the IDs in the order listed.
+func listAll(t *testing.T, q *DelayQueue, topic string, state State, limit int, between func(page int, last *Job)) []string {
+	t.Helper()
+	var ids []string
+	var last *Job
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > 0 && between != nil {
+			between(page, last)
+		}
+		p, err := q.List(context.Background(), topic, state, ListOptions{Cursor: cursor, Limit: limit})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(p.Jobs), limit)
+		for _, job := range p.Jobs {
+			require.Equal(t, state, job.State)
+			require.Equal(t, topic, job.Topic)
+			ids = append(ids, job.ID)
+			last = job
+		}
+		if p.Next == "" {
+			return ids
+		}
+		cursor = p.Next
+		require.Less(t, page, 10_000, "the listing does not end")
+	}
+}
+
+// idsByTime returns the IDs of jobs in the order of the times at gives,
+// ties in ID order, as a zset orders them.
+func idsByTime(jobs []*Job, at func(*Job) time.Time) []string {
+	jobs = slices.Clone(jobs)
+	slices.SortFunc(jobs, func(a, b *Job) int {
+		if c := at(a).Compare(at(b)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	ids := make([]string, len(jobs))
+	for i, job := range jobs {
+		ids[i] = job.ID
+	}
+	return ids
+}
+
+func TestListDelayedInDueOrderAcrossBuckets(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		var want, jobs []*Job
+		for i := range 90 {
+			at := base.Add(time.Duration((i*37)%60) * time.Millisecond) // out of order, with ties
+			id := fmt.Sprintf("d-%02d", i)
+			jobs = append(jobs, &Job{ID: id, Topic: "t", RunAt: at}, &Job{Topic: "other", RunAt: at})
+			want = append(want, jobs[len(jobs)-2])
+		}
+		_, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		wantIDs := idsByTime(want, func(j *Job) time.Time { return j.RunAt })
+		for _, limit := range []int{1, 7, 90, 1000} {
+			assert.Equal(t, wantIDs, listAll(t, q, "t", StateDelayed, limit, nil), "limit %d", limit)
+		}
+		p, err := q.List(ctx, "t", StateDelayed, ListOptions{Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, p.Jobs, 1)
+		assert.Equal(t, base, p.Jobs[0].RunAt, "a delayed job's RunAt is its due time")
+		assert.Zero(t, p.Jobs[0].reservation)
+	})
+}
+
+func TestListReservedAndDead(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		dead := killJobs(t, q, "t", 5)
+		for i := range 6 {
+			pushed(t, q, &Job{Topic: "t", TTR: time.Duration(10-i) * time.Minute})
+		}
+		var reserved []*Job
+		for range 6 {
+			job, err := q.Pop(ctx, "t", time.Minute)
+			require.NoError(t, err)
+			reserved = append(reserved, job)
+		}
+		wantReserved := idsByTime(reserved, func(j *Job) time.Time { return j.ReservedUntil })
+		assert.Equal(t, wantReserved, listAll(t, q, "t", StateReserved, 4, nil))
+		deadJobs, err := q.DeadJobs(ctx, "t", 10)
+		require.NoError(t, err)
+		wantDead := idsByTime(deadJobs, func(j *Job) time.Time { return j.DiedAt })
+		assert.ElementsMatch(t, dead, wantDead)
+		assert.Equal(t, wantDead, listAll(t, q, "t", StateDead, 2, nil))
+		p, err := q.List(ctx, "t", StateDead, ListOptions{})
+		require.NoError(t, err)
+		require.NotEmpty(t, p.Jobs)
+		assert.NotZero(t, p.Jobs[0].DiedAt)
+		assert.Equal(t, "failed "+string(p.Jobs[0].Body), p.Jobs[0].LastError)
+	})
+}
+
+func TestListReadyInArrivalOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		q := newQueue(t, be.client)
+		var want []string
+		for i := range 40 {
+			want = append(want, pushed(t, q, &Job{Topic: "t", Body: []byte(fmt.Sprint(i))}))
+			pushed(t, q, &Job{Topic: "other"})
+		}
+		got := listAll(t, q, "t", StateReady, 6, nil)
+		assert.ElementsMatch(t, want, got)
+		var ats []time.Time
+		for _, id := range got {
+			job, err := q.Get(context.Background(), id)
+			require.NoError(t, err)
+			ats = append(ats, job.RunAt)
+		}
+		assert.True(t, slices.IsSortedFunc(ats, time.Time.Compare), "by the time each became ready")
+	})
+}
+
+// TestListCursorHoldsWhileJobsMove changes the jobs between pages: jobs
+// leave (the one the cursor points at among them), new ones come before
+// and after the cursor. Every job that stays from the first page to the
+// last is listed once; none is listed twice.
+func TestListCursorHoldsWhileJobsMove(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		for _, buckets := range []int{1, 4} {
+			t.Run(fmt.Sprint(buckets, " buckets"), func(t *testing.T) {
+				q := newQueue(t, be.client, WithBuckets(buckets))
+				base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+				stayed := map[string]bool{}
+				for i := range 60 {
+					id := fmt.Sprintf("k-%02d", i)
+					pushed(t, q, &Job{ID: id, Topic: "t", RunAt: base.Add(time.Duration(i/10) * time.Millisecond)}) // ties of 10
+					stayed[id] = true
+				}
+				n := 0
+				got := listAll(t, q, "t", StateDelayed, 4, func(page int, last *Job) {
+					require.NoError(t, q.Remove(ctx, last.ID)) // the cursor's own job goes
+					n++
+					pushed(t, q, &Job{ID: fmt.Sprintf("late-%03d", n), Topic: "t", RunAt: base.Add(time.Hour)})
+					pushed(t, q, &Job{ID: fmt.Sprintf("early-%03d", n), Topic: "t", RunAt: base.Add(-time.Hour)})
+				})
+				assertListedOnce(t, got, stayed)
+				for i := 1; i <= n; i++ {
+					assert.Contains(t, got, fmt.Sprintf("late-%03d", i), "a job that came after the cursor is listed")
+				}
+
+				// Ready: consumers take jobs from the head of the lists
+				// between pages, fewer and more than the page.
+				stayed = map[string]bool{}
+				for range 60 {
+					stayed[pushed(t, q, &Job{Topic: "r"})] = true
+				}
+				takes := []int{1, 9, 0, 2, 30}
+				got = listAll(t, q, "r", StateReady, 5, func(page int, _ *Job) {
+					for range takes[page%len(takes)] {
+						job, err := q.Pop(ctx, "r", 0)
+						if err == ErrNoJob {
+							return
+						}
+						require.NoError(t, err)
+						delete(stayed, job.ID)
+					}
+					stayed[pushed(t, q, &Job{Topic: "r"})] = false // may or may not be listed
+				})
+				assertListedOnce(t, got, stayed)
+			})
+		}
+	})
+}
+
+// assertListedOnce checks that every ID that stayed (true) is in got once,
+// and no ID is there twice.
+func assertListedOnce(t *testing.T, got []string, stayed map[string]bool) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	for id, n := range seen {
+		assert.Equal(t, 1, n, "%s listed %d times", id, n)
+	}
+	for id, must := range stayed {
+		if must {
+			assert.Equal(t, 1, seen[id], "%s stayed but is listed %d times", id, seen[id])
+		}
+	}
+}
+
+// TestListDoesBoundedWork: a topic's few jobs behind many of another
+// topic take more than one call to reach, each call stopping short.
+func TestListDoesBoundedWork(t *testing.T) {
+	ctx := context.Background()
+	q := newQueue(t, miniredisClient(t), WithBuckets(1))
+	noise := make([]*Job, listScan*listRounds+500)
+	for i := range noise {
+		noise[i] = &Job{Topic: "noise", Delay: time.Hour}
+	}
+	_, err := q.PushMany(ctx, noise)
+	require.NoError(t, err)
+	want := []string{
+		pushed(t, q, &Job{Topic: "t", Delay: 2 * time.Hour}),
+		pushed(t, q, &Job{Topic: "t", Delay: 3 * time.Hour}),
+	}
+	p, err := q.List(ctx, "t", StateDelayed, ListOptions{Limit: 10})
+	require.NoError(t, err)
+	assert.Empty(t, p.Jobs, "the first call looked at %d entries and found none", listScan*listRounds)
+	require.NotEmpty(t, p.Next)
+	p, err = q.List(ctx, "t", StateDelayed, ListOptions{Limit: 10, Cursor: p.Next})
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 2)
+	assert.Equal(t, want, []string{p.Jobs[0].ID, p.Jobs[1].ID})
+	assert.Empty(t, p.Next)
+}
+
+func TestListRefusesBadInput(t *testing.T) {
+	ctx := context.Background()
+	q := newQueue(t, miniredisClient(t))
+	for range 3 {
+		pushed(t, q, &Job{Topic: "t", Delay: time.Hour})
+		pushed(t, q, &Job{Topic: "t"})
+	}
+	delayed, err := q.List(ctx, "t", StateDelayed, ListOptions{Limit: 1})
+	require.NoError(t, err)
+	ready, err := q.List(ctx, "t", StateReady, ListOptions{Limit: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, delayed.Next)
+	require.NotEmpty(t, ready.Next)
+
+	_, err = q.List(ctx, "", StateReady, ListOptions{})
+	assert.ErrorIs(t, err, ErrInvalidTopic)
+	for _, s := range []State{0, 5} {
+		_, err = q.List(ctx, "t", s, ListOptions{})
+		assert.ErrorIs(t, err, ErrInvalidState)
+	}
+	for _, l := range []int{-1, maxListLimit + 1} {
+		_, err = q.List(ctx, "t", StateReady, ListOptions{Limit: l})
+		assert.ErrorIs(t, err, ErrInvalidLimit)
+	}
+	for name, c := range map[string]struct {
+		topic  string
+		state  State
+		cursor string
+	}{
+		"garbage":         {"t", StateDelayed, "%%%"},
+		"empty bytes":     {"t", StateDelayed, "AA"},
+		"another topic":   {"u", StateDelayed, delayed.Next},
+		"another state":   {"t", StateReserved, delayed.Next},
+		"ready elsewhere": {"t", StateDelayed, ready.Next},
+		"cut short":       {"t", StateReady, ready.Next[:len(ready.Next)-2]},
+	} {
+		_, err = q.List(ctx, c.topic, c.state, ListOptions{Cursor: c.cursor})
+		assert.ErrorIs(t, err, ErrInvalidCursor, name)
+	}
+	other := newQueue(t, q.client, WithBuckets(3))
+	_, err = other.List(ctx, "t", StateDelayed, ListOptions{Cursor: delayed.Next})
+	assert.ErrorIs(t, err, ErrInvalidCursor, "a cursor of a queue of other buckets")
+}

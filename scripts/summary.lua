@@ -1,0 +1,69 @@
+-- summary.lua: the figures of one bucket, for Overview and Counts.
+-- KEYS[1] counts hash  KEYS[2] pool hash  KEYS[3] dead topics set
+-- KEYS[4] ready-list key prefix  KEYS[5] dead-letter key prefix
+-- ARGV[1] one topic, or "" for every topic of the bucket
+-- returns {now_ms, jobs in the pool, {field, count, ...}, {topic, dead jobs, ...},
+-- {topic, at_ms of its oldest ready job, ...}}: the counts fields are
+-- "<state>:<topic>" (see job.lua); a topic's oldest ready job is the first
+-- of its ready list still ready, whose at_ms is when it became due.
+-- Read only, and bounded: O(topics of the bucket), each looking at no more
+-- than 100 entries of its ready list for a job still ready.
+
+local counts, pool, dead_topics, ready_prefix, dead_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local only = ARGV[1]
+
+-- oldest returns the at_ms of the first job of topic's ready list that is
+-- still ready, or nil when none is among the first 100 entries.
+local function oldest(topic)
+  local ready = ready_prefix .. topic
+  for from = 0, 90, 10 do
+    local ids = redis.call('LRANGE', ready, from, from + 9)
+    if #ids == 0 then
+      return nil
+    end
+    local vs = redis.call('HMGET', pool, unpack(ids))
+    for i = 1, #ids do
+      local v = vs[i]
+      if v and byte(v, 1) % 8 == READY and topic_of(v) == topic then
+        return read48(v, AT)
+      end
+    end
+  end
+  return nil
+end
+
+local flat, dead, ages, readied = {}, {}, {}, {}
+if only == '' then
+  flat = redis.call('HGETALL', counts)
+  for i = 1, #flat, 2 do
+    if string.sub(flat[i], 1, 2) == READY .. ':' then
+      readied[#readied + 1] = string.sub(flat[i], 3)
+    end
+  end
+  for _, topic in ipairs(redis.call('SMEMBERS', dead_topics)) do
+    dead[#dead + 1] = topic
+    dead[#dead + 1] = redis.call('ZCARD', dead_prefix .. topic)
+  end
+else
+  local fields = {DELAYED .. ':' .. only, READY .. ':' .. only, RESERVED .. ':' .. only}
+  local vs = redis.call('HMGET', counts, unpack(fields))
+  for i, f in ipairs(fields) do
+    if vs[i] then
+      flat[#flat + 1] = f
+      flat[#flat + 1] = vs[i]
+    end
+  end
+  if vs[2] then
+    readied[1] = only
+  end
+  dead = {only, redis.call('ZCARD', dead_prefix .. only)}
+end
+for _, topic in ipairs(readied) do
+  local at = oldest(topic)
+  if at then
+    ages[#ages + 1] = topic
+    ages[#ages + 1] = at
+  end
+end
+local t = redis.call('TIME')
+return {tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000), redis.call('HLEN', pool), flat, dead, ages}
