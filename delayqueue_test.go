@@ -263,9 +263,12 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 		stop()
 		require.NoError(t, <-errc)
 		require.NoError(t, <-errc)
-		// The tombstone's window ends, and the handler deletes it.
+		// The tombstone's window ends, and the handler deletes it, and the
+		// counts that fell to zero.
 		require.Eventually(t, func() bool {
-			return !slices.ContainsFunc(queueKeys(t, be.client, name), func(k string) bool { return strings.HasSuffix(k, ":dedup") })
+			return !slices.ContainsFunc(queueKeys(t, be.client, name), func(k string) bool {
+				return strings.HasSuffix(k, ":dedup") || strings.HasSuffix(k, ":counts")
+			})
 		}, 30*time.Second, 10*time.Millisecond)
 		closeQueue(t, q)
 

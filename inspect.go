@@ -166,6 +166,9 @@ func readSummary(cmd *redis.Cmd) (map[string]Counts, int, error) {
 		if err != nil || !ok {
 			return fmt.Errorf("count %q: %v", field, v)
 		}
+		if n == 0 {
+			return nil // kept until the bucket handler drops it (job.lua)
+		}
 		c := per[topic]
 		switch state {
 		case strconv.Itoa(int(StateDelayed)):

@@ -189,6 +189,30 @@ func fillStates(t *testing.T, q *DelayQueue) {
 	require.NotNil(t, job)
 }
 
+// TestZeroCountsGo: the counts of a topic whose jobs are all gone are
+// deleted by the bucket handler's next trim, not left to pile up.
+func TestZeroCountsGo(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		for _, topic := range []string{"a", "b"} {
+			pushed(t, q, &Job{Topic: topic})
+			job, err := q.Pop(ctx, topic, 0)
+			require.NoError(t, err)
+			require.NoError(t, q.Finish(ctx, job.ID))
+		}
+		pushed(t, q, &Job{Topic: "b", Delay: time.Hour})
+		ov, err := q.Overview(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]Counts{"b": {Delayed: 1}}, ov.Topics, "zeros are not reported")
+		counts := q.keys.bucket(0).counts
+		require.NotZero(t, be.client.HLen(ctx, counts).Val())
+		_, err = q.moveDue(ctx, 0, "token", 0, true)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{"1:b": "1"}, be.client.HGetAll(ctx, counts).Val())
+	})
+}
+
 func TestOverviewAndCounts(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()

@@ -136,16 +136,28 @@ end
 -- of each topic are delayed, ready and reserved, under "<state>:<topic>",
 -- so that a topic's counts cost one read however many jobs it has. Every
 -- script that takes a job into one of these states or out of it tallies
--- the change, in the same call; a count that falls to 0 is deleted. Dead
--- letters are counted by their own sets.
+-- the change, in the same call. A count that falls to 0 stays, so that a
+-- topic whose jobs come and go costs no HDEL and HINCRBY each time; the
+-- bucket handler deletes the zeros once a second (move.lua). Dead letters
+-- are counted by their own sets.
 
 -- tally adds n to the count of topic's jobs in state.
 local function tally(counts, state, topic, n)
   if n ~= 0 then
-    local field = state .. ':' .. topic
-    if redis.call('HINCRBY', counts, field, n) <= 0 then
-      redis.call('HDEL', counts, field)
+    redis.call('HINCRBY', counts, state .. ':' .. topic, n)
+  end
+end
+
+-- drop_zeros deletes the counts that are 0.
+local function drop_zeros(counts)
+  local flat, zeros = redis.call('HGETALL', counts), {}
+  for i = 2, #flat, 2 do
+    if tonumber(flat[i]) == 0 then
+      zeros[#zeros + 1] = flat[i - 1]
     end
+  end
+  if #zeros > 0 then
+    in_chunks('HDEL', counts, zeros)
   end
 end
 

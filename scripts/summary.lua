@@ -36,7 +36,7 @@ local flat, dead, ages, readied = {}, {}, {}, {}
 if only == '' then
   flat = redis.call('HGETALL', counts)
   for i = 1, #flat, 2 do
-    if string.sub(flat[i], 1, 2) == READY .. ':' then
+    if string.sub(flat[i], 1, 2) == READY .. ':' and tonumber(flat[i + 1]) > 0 then
       readied[#readied + 1] = string.sub(flat[i], 3)
     end
   end
@@ -53,7 +53,7 @@ else
       flat[#flat + 1] = vs[i]
     end
   end
-  if vs[2] then
+  if vs[2] and tonumber(vs[2]) > 0 then
     readied[1] = only
   end
   dead = {only, redis.call('ZCARD', dead_prefix .. only)}
