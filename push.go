@@ -255,6 +255,9 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	case job.DedupWindow < 0 || job.DedupWindow > maxDedupWindow:
 		return a, fmt.Errorf("%w: DedupWindow %v: want 0 to %v", ErrInvalidJob, job.DedupWindow, maxDedupWindow)
 	}
+	if err := validateHeaders(job.Headers); err != nil {
+		return a, err
+	}
 	var atMs int64
 	if job.RunAt.IsZero() {
 		a.delayMs = strconv.FormatInt(ceilMs(job.Delay), 10)
@@ -285,7 +288,7 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		nonce = job.nonce
 	}
 	a.id = job.ID
-	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce)
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce, encodeHeaders(job.Headers))
 	return a, nil
 }
 
