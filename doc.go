@@ -108,4 +108,8 @@
 //   - dead.go: jobs out of attempts: listed, requeued, purged, expired.
 //   - stats.go: counts per state and topic. scripts.go loads scripts/*.lua
 //     and sends their calls; ids.go makes job IDs.
+//   - observe.go and middleware.go: the hooks of other packages (dqotel
+//     for one): Observers receive every step; push middleware wraps every
+//     push, and may set a job's Headers; consume middleware wraps every
+//     Consume handler.
 package delayqueue
