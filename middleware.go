@@ -71,6 +71,33 @@ func (q *DelayQueue) throughPush(ctx context.Context, jobs []*Job, store PushFun
 	return store(ctx, jobs)
 }
 
+// throughPushOne runs push, which stores one job as prepare checked and
+// encoded it, inside the push middleware.
+func (q *DelayQueue) throughPushOne(ctx context.Context, job *Job, push func(context.Context, *Job, pushArgs) (PushResult, error)) (PushResult, error) {
+	var res PushResult
+	err := q.throughPush(ctx, []*Job{job}, func(ctx context.Context, jobs []*Job) error {
+		a, err := q.opts.prepare(jobs[0])
+		if err == nil {
+			res, err = push(ctx, jobs[0], a)
+		}
+		return err
+	})
+	return res, err
+}
+
+// throughPushMany runs pushMany inside the push middleware.
+func (q *DelayQueue) throughPushMany(ctx context.Context, jobs []*Job) ([]PushResult, error) {
+	var res []PushResult
+	err := q.throughPush(ctx, jobs, func(ctx context.Context, jobs []*Job) error {
+		args, err := q.opts.prepareAll(jobs)
+		if err == nil {
+			res, err = q.pushMany(ctx, jobs, args)
+		}
+		return err
+	})
+	return res, err
+}
+
 // wrapHandler wraps a Consume handler in the middleware of its options,
 // then in the queue's.
 func (q *DelayQueue) wrapHandler(h Handler, own []Middleware) (Handler, error) {

@@ -2,7 +2,9 @@ package delayqueue
 
 import (
 	"context"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,4 +168,22 @@ func TestNilMiddlewareIsRefused(t *testing.T) {
 	err = q.Consume(context.Background(), "t", func(context.Context, *Job) error { return nil },
 		ConsumeOptions{Middleware: []Middleware{nil}})
 	assert.ErrorIs(t, err, ErrInvalidOption)
+}
+
+// TestTheRootPackageImportsNoIntegration keeps OpenTelemetry and
+// Prometheus out of what a user of the root package compiles: they plug in
+// through its hooks, from packages of their own.
+func TestTheRootPackageImportsNoIntegration(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the imports with")
+	}
+	out, err := exec.Command(gocmd, "list", "-deps", ".").Output()
+	require.NoError(t, err)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/redis/go-redis/v9")
+	for _, pkg := range deps {
+		assert.NotContains(t, pkg, "opentelemetry")
+		assert.NotContains(t, pkg, "prometheus")
+	}
 }

@@ -56,15 +56,7 @@ func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, 
 	if q.opts.pushMiddleware == nil {
 		return q.pushOne(ctx, job, a)
 	}
-	var res PushResult
-	err = q.throughPush(ctx, []*Job{job}, func(ctx context.Context, jobs []*Job) error {
-		a, err := q.opts.prepare(jobs[0])
-		if err == nil {
-			res, err = q.pushOne(ctx, jobs[0], a)
-		}
-		return err
-	})
-	return res, err
+	return q.throughPushOne(ctx, job, q.pushOne)
 }
 
 // pushOne pushes a job that prepare checked and encoded as a.
@@ -122,15 +114,7 @@ func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]Pu
 	if q.opts.pushMiddleware == nil {
 		return q.pushMany(ctx, jobs, args)
 	}
-	var res []PushResult
-	err = q.throughPush(ctx, jobs, func(ctx context.Context, jobs []*Job) error {
-		args, err := q.opts.prepareAll(jobs)
-		if err == nil {
-			res, err = q.pushMany(ctx, jobs, args)
-		}
-		return err
-	})
-	return res, err
+	return q.throughPushMany(ctx, jobs)
 }
 
 // prepareAll prepares every job, or says which one it refuses.
@@ -221,15 +205,9 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 	if q.opts.pushMiddleware == nil {
 		return q.upsert(ctx, job, a, replace)
 	}
-	var res PushResult
-	err = q.throughPush(ctx, []*Job{job}, func(ctx context.Context, jobs []*Job) error {
-		a, err := q.opts.prepare(jobs[0])
-		if err == nil {
-			res, err = q.upsert(ctx, jobs[0], a, replace)
-		}
-		return err
+	return q.throughPushOne(ctx, job, func(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
+		return q.upsert(ctx, job, a, replace)
 	})
-	return res, err
 }
 
 // upsert creates or replaces a job that prepare checked and encoded as a.
