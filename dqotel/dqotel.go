@@ -17,8 +17,8 @@
 // caller's span), once the job passed the queue's checks and has its ID,
 // and ends with the push's outcome; PushMany makes one per job. Its
 // context is injected into the job's Headers (by W3C Trace Context unless
-// WithPropagator says otherwise), in a copy of the map: it takes 68 bytes
-// with W3C Trace Context. A job pushed with no trace context to carry (a
+// WithPropagator says otherwise), in a copy of the map: it adds 70 bytes
+// to the stored job with W3C Trace Context. A job pushed with no trace context to carry (a
 // no-op TracerProvider and no span in the push's context) gets no headers,
 // and costs no byte for them.
 //
