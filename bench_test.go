@@ -62,7 +62,7 @@ func BenchmarkPushPopFinishParallel(b *testing.B) {
 }
 
 func BenchmarkDecodeJob(b *testing.B) {
-	v := encodeJob("orders", benchBody, 30000, 10, 1700000000000, 0, 0)
+	v := encodeJob("orders", benchBody, 30000, 10, 1700000000000, 0, 0, nil)
 	for range b.N {
 		if _, err := decodeJob("5W1D22agZEq", v); err != nil {
 			b.Fatal(err)

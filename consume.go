@@ -44,7 +44,8 @@ type ConsumeOptions struct {
 	// it does not return. Default: 30 minutes, or the job's TTR when that is
 	// longer.
 	MaxRunTime time.Duration
-	// Middleware wraps the handler; the first is outermost.
+	// Middleware wraps the handler; the first is outermost. The queue's
+	// own (WithConsumeMiddleware) wraps these.
 	Middleware []Middleware
 }
 
@@ -86,11 +87,9 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 	if opts.Grace == 0 {
 		opts.Grace = 10 * time.Second
 	}
-	for i := len(opts.Middleware) - 1; i >= 0; i-- {
-		if opts.Middleware[i] == nil {
-			return fmt.Errorf("%w: nil middleware", ErrInvalidOption)
-		}
-		handler = opts.Middleware[i](handler)
+	handler, err := q.wrapHandler(handler, opts.Middleware)
+	if err != nil {
+		return err
 	}
 
 	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime,
@@ -111,7 +110,7 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		<-kept
 	}()
 
-	err := c.fetch(ctx, topic, opts.Concurrency)
+	err = c.fetch(ctx, topic, opts.Concurrency)
 
 	done := make(chan struct{})
 	go func() {

@@ -166,9 +166,6 @@ func TestConsumeGoesOnAfterAHandlerEndsItsGoroutine(t *testing.T) {
 }
 
 func TestConsumeRunsMiddlewareOutermostFirst(t *testing.T) {
-	c := miniredisClient(t)
-	q := newQueue(t, c)
-	pushed(t, q, &Job{Topic: "t"})
 	var mu sync.Mutex
 	var order []string
 	mw := func(name string) Middleware {
@@ -181,6 +178,10 @@ func TestConsumeRunsMiddlewareOutermostFirst(t *testing.T) {
 			}
 		}
 	}
+	// The queue's middleware wraps every consumer's, in the order given.
+	q := newQueue(t, miniredisClient(t), WithConsumeMiddleware(mw("queue 1"), mw("queue 2")),
+		WithConsumeMiddleware(mw("queue 3")))
+	pushed(t, q, &Job{Topic: "t"})
 	var done atomic.Bool
 	h := func(context.Context, *Job) error {
 		mu.Lock()
@@ -190,7 +191,7 @@ func TestConsumeRunsMiddlewareOutermostFirst(t *testing.T) {
 		return nil
 	}
 	consumeUntil(t, q, h, ConsumeOptions{Middleware: []Middleware{mw("outer"), mw("inner")}}, done.Load)
-	assert.Equal(t, []string{"outer", "inner", "handler"}, order)
+	assert.Equal(t, []string{"queue 1", "queue 2", "queue 3", "outer", "inner", "handler"}, order)
 }
 
 func TestConsumeRejectsBadArguments(t *testing.T) {

@@ -111,7 +111,11 @@
 //   - seeing inside: inspect.go reads the counts per topic and state
 //     that every script keeps (Overview, Counts, Topics); list.go lists
 //     a topic's jobs by state, a bounded step at a time (List); pause.go
-//     pauses a topic; observe.go hands every step to an Observer.
+//     pauses a topic.
+//   - observe.go and middleware.go: the hooks of other packages (dqotel
+//     for one): Observers receive every step; push middleware wraps every
+//     push, and may set a job's Headers; consume middleware wraps every
+//     Consume handler.
 //   - scripts.go loads scripts/*.lua and sends their calls; ids.go makes
 //     job IDs.
 package delayqueue

@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 )
 
@@ -39,11 +40,11 @@ func instancePrefix(n int64) *string {
 	return &p
 }
 
-// next returns a new ID, and the prefix it was made with.
-func (g *idGen) next() (id string, prefix *string) {
-	prefix = g.prefix.Load()
+// next returns a new ID.
+func (g *idGen) next() string {
+	prefix := g.prefix.Load()
 	n := g.count.Add(1) - 1
-	return string(appendBase58([]byte(*prefix), n)), prefix
+	return string(appendBase58([]byte(*prefix), n))
 }
 
 // appendBase58 appends n's base-58 digits, most significant first.
@@ -67,9 +68,12 @@ func appendBase58(b []byte, n uint64) []byte {
 const maxIDRenewals = 16
 
 // renewIDs takes a new instance number, unless another push already
-// replaced prefix, the one whose ID was found taken.
-func (q *DelayQueue) renewIDs(ctx context.Context, prefix *string) error {
-	if q.ids.prefix.Load() != prefix {
+// replaced the prefix of taken, the generated ID found taken. (No
+// instance's prefix begins another's: the prefix that taken begins with is
+// the one it was made with.)
+func (q *DelayQueue) renewIDs(ctx context.Context, taken string) error {
+	prefix := q.ids.prefix.Load()
+	if !strings.HasPrefix(taken, *prefix) {
 		return nil
 	}
 	n, err := q.client.HIncrBy(ctx, q.keys.meta(), "nodes", 1).Result()

@@ -52,7 +52,7 @@ func TestGeneratedIDsSpreadOverBuckets(t *testing.T) {
 	g.prefix.Store(instancePrefix(2049))
 	counts := make([]int, 8)
 	for range 80_000 {
-		id, _ := g.next()
+		id := g.next()
 		counts[bucketOf(id, 8)]++
 	}
 	for b, n := range counts {

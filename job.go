@@ -41,9 +41,9 @@ func (s State) String() string {
 
 // Job is a unit of work: a body for a topic, due at a time.
 //
-// Set ID (optional), Topic, Body, Delay or RunAt, and optionally TTR and
-// MaxAttempts when pushing. Attempts, State and ReservedUntil are read-only:
-// they are filled in by Pop and Get and ignored by Push.
+// Set ID (optional), Topic, Body, Delay or RunAt, and optionally TTR,
+// MaxAttempts and Headers when pushing. Attempts, State and ReservedUntil
+// are read-only: they are filled in by Pop and Get and ignored by Push.
 type Job struct {
 	// ID identifies the job. Empty on Push: an ID is generated, unique
 	// among all processes that ever opened the queue ("~" and base 58, from
@@ -58,6 +58,15 @@ type Job struct {
 	Topic string
 	// Body is opaque to the queue.
 	Body []byte
+	// Headers are small key/value pairs that travel with the job from Push
+	// to whoever pops it, such as a W3C trace context. Pop, Consume, Get
+	// and DeadJobs return them; retries, moves and requeues keep them;
+	// Upsert replaces them with its job's. Opaque to the queue, as Body
+	// is: at most 64 of them, keys not empty, keys and values adding up to
+	// at most 60 KiB (Push refuses more with ErrInvalidJob). A job without
+	// headers (nil or empty) is stored without a byte for them, and comes
+	// back with nil.
+	Headers map[string]string
 	// Delay is how long after Push the job is due, measured on the Redis
 	// server's clock. Zero means now.
 	Delay time.Duration
@@ -139,6 +148,31 @@ func validateTopic(topic string) error {
 		if r == '{' || r == '}' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
 			return fmt.Errorf("%w: %q holds %q; %s", ErrInvalidTopic, topic, r, topicGrammar)
 		}
+	}
+	return nil
+}
+
+const (
+	maxHeaders     = 64
+	maxHeadersSize = 60 << 10 // keys and values, added up
+)
+
+// validateHeaders accepts up to 64 headers with non-empty keys, whose keys
+// and values add up to at most 60 KiB: encoded, they fit the 2-byte length
+// the encoding gives them. It returns errors matching ErrInvalidJob.
+func validateHeaders(h map[string]string) error {
+	if len(h) > maxHeaders {
+		return fmt.Errorf("%w: %d headers, limit %d", ErrInvalidJob, len(h), maxHeaders)
+	}
+	size := 0
+	for k, v := range h {
+		if k == "" {
+			return fmt.Errorf("%w: a header with an empty key", ErrInvalidJob)
+		}
+		size += len(k) + len(v)
+	}
+	if size > maxHeadersSize {
+		return fmt.Errorf("%w: headers of %d bytes, limit %d", ErrInvalidJob, size, maxHeadersSize)
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ func TestPushRejectsBadJobsAndWritesNothing(t *testing.T) {
 			{"dedup window over 49 days", &Job{Topic: "t", DedupWindow: maxDedupWindow + time.Millisecond}, []error{ErrInvalidJob}},
 			{"run-at after the year 10889", &Job{Topic: "t", RunAt: maxRunAt.Add(time.Millisecond)}, []error{ErrInvalidJob}},
 			{"body over the limit", &Job{Topic: "t", Body: make([]byte, 17)}, []error{ErrInvalidJob, ErrBodyTooLarge}},
+			{"too many headers", &Job{Topic: "t", Headers: manyHeaders(maxHeaders + 1)}, []error{ErrInvalidJob}},
+			{"a header with an empty key", &Job{Topic: "t", Headers: map[string]string{"": "v"}}, []error{ErrInvalidJob}},
+			{"headers over 60 KiB", &Job{Topic: "t", Headers: map[string]string{"k": strings.Repeat("v", maxHeadersSize)}}, []error{ErrInvalidJob}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				id, err := q.Push(context.Background(), tc.job)
@@ -84,15 +87,18 @@ func TestPushAcceptsUnicodeTopicsAndBinaryBodies(t *testing.T) {
 }
 
 func TestDecodeJobRejectsCorruptValues(t *testing.T) {
-	good := encodeJob("t", []byte("body"), 10, 3, 5, 0, 0)
+	good := encodeJob("t", []byte("body"), 10, 3, 5, 0, 0, nil)
 	for _, v := range [][]byte{
 		nil,
 		good[:jobHeaderLen-1],
 		append([]byte{2<<4 | 1}, good[1:]...), // unknown format
-		append([]byte{jobFormat | 7}, good[1:]...),                              // unknown state
-		append([]byte{jobFormat | 1 | jobHasError}, good[1:jobHeaderLen]...),    // no error length
-		append(append([]byte{}, good[:21]...), 200),                             // topic longer than the value
-		append([]byte{jobFormat | 1 | jobHasWindow}, good[1:jobHeaderLen+2]...), // short window
+		append([]byte{jobFormat | 7}, good[1:]...),                               // unknown state
+		append([]byte{jobFormat | 1 | jobHasError}, good[1:jobHeaderLen]...),     // no error length
+		append(append([]byte{}, good[:21]...), 200),                              // topic longer than the value
+		append([]byte{jobFormat | 1 | jobHasWindow}, good[1:jobHeaderLen+2]...),  // short window
+		append([]byte{jobFormat | 1 | jobHasHeaders}, good[1:jobHeaderLen+1]...), // short headers length
+		withHeaders(good, []byte{3, 'k'}),                                        // a key longer than the headers
+		withHeaders(good, []byte{1, 'k'}),                                        // a key without a value
 	} {
 		_, err := decodeJob("id", v)
 		assert.Error(t, err, "value %q", v)
@@ -114,7 +120,7 @@ func TestDecodeJobReadsEveryField(t *testing.T) {
 }
 
 func TestEncodeJobRoundTrips(t *testing.T) {
-	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 0, 0))
+	job, err := decodeJob("x", encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 0, 0, nil))
 	require.NoError(t, err)
 	assert.Equal(t, &Job{
 		ID: "x", Topic: "orders", Body: []byte{0, '\n', 255}, State: StateDelayed, MaxAttempts: 65535,
@@ -123,7 +129,7 @@ func TestEncodeJobRoundTrips(t *testing.T) {
 }
 
 func TestEncodeJobKeepsTheDedupWindow(t *testing.T) {
-	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1, 1<<32-1))
+	job, err := decodeJob("x", encodeJob("t", []byte("b"), 5, 1, 0, 1<<32-1, 1<<32-1, nil))
 	require.NoError(t, err)
 	assert.Equal(t, maxDedupWindow, job.DedupWindow)
 	assert.Equal(t, uint32(1<<32-1), job.nonce)

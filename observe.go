@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -19,9 +20,34 @@ type ObserverFunc func(ctx context.Context, e Event)
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// WithObserver sets the Observer that receives the queue's events. One
-// per queue; to feed several, fan out in your own.
-func WithObserver(o Observer) Option { return optionFunc(func(opts *options) { opts.observer = o }) }
+// WithObserver adds an Observer to receive the queue's events. It may be
+// given several times, as dqprom and dqotel each bring one: every Observer
+// receives every event, in the order the options were given. A nil
+// Observer adds nothing.
+func WithObserver(o Observer) Option {
+	if o == nil {
+		return optionFunc(func(*options) {})
+	}
+	return optionFunc(func(opts *options) {
+		switch prev := opts.observer.(type) {
+		case nil:
+			opts.observer = o
+		case observers:
+			opts.observer = append(slices.Clip(prev), o)
+		default:
+			opts.observer = observers{prev, o}
+		}
+	})
+}
+
+// observers feeds every event to each of several Observers.
+type observers []Observer
+
+func (os observers) Observe(ctx context.Context, e Event) {
+	for _, o := range os {
+		o.Observe(ctx, e)
+	}
+}
 
 // EventKind says what an Event reports.
 type EventKind int

@@ -99,3 +99,13 @@ func TestObserverSeesMovesAndHandlersUnderConsume(t *testing.T) {
 		}
 	})
 }
+
+func TestEveryObserverReceivesEveryEvent(t *testing.T) {
+	first, second, third := &recorder{}, &recorder{}, &recorder{}
+	q := newQueue(t, miniredisClient(t), WithObserver(first), WithObserver(nil), WithObserver(second), WithObserver(third))
+	pushed(t, q, &Job{ID: "j", Topic: "t"})
+	want := []Event{{Kind: EventPushed, Topic: "t", JobID: "j"}}
+	assert.Equal(t, want, first.all())
+	assert.Equal(t, want, second.all())
+	assert.Equal(t, want, third.all())
+}

@@ -29,7 +29,11 @@ type options struct {
 	dedup       time.Duration
 	logger      *slog.Logger
 	set         struct{ buckets bool } // options given, where unset means "as stored"
-	observer    Observer
+
+	// Hooks of other packages: observe.go, middleware.go.
+	observer          Observer
+	pushMiddleware    []PushMiddleware
+	consumeMiddleware []Middleware
 }
 
 func defaultOptions() options {
@@ -145,7 +149,7 @@ func (o *options) validate() error {
 	case o.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	}
-	return nil
+	return o.validateMiddleware()
 }
 
 // Log attribute keys.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/batch"
@@ -192,14 +193,21 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 	return bucketOfID(id, q.opts.buckets)
 }
 
+// queueFormat is what a queue's meta hash records as its "format", and
+// New checks: 3 is jobs in job format 2, with headers (bit 6), and counts
+// per bucket (keys.go). A queue written in another format is refused
+// (ErrFormatMismatch).
+const queueFormat = 3
+
 // The job encoding. A job is stored in the pool as a 22-byte header, then
-// the optional fields its flags announce, then topic, last error and body.
-// Numbers are unsigned big-endian.
+// the optional fields its flags announce, then topic, last error, headers
+// and body. Numbers are unsigned big-endian.
 //
 //	offset  size  field
-//	 0      1     flags: format 2 in the top 2 bits; bit 5 set when a push
-//	              nonce follows, bit 4 a dedup window, bit 3 a last error;
-//	              the State in the low 3 bits
+//	 0      1     flags: bit 7 set (the format marker; bit 7 clear is an
+//	              encoding this version does not know); bit 6 set when
+//	              headers follow, bit 5 a push nonce, bit 4 a dedup window,
+//	              bit 3 a last error; the State in the low 3 bits
 //	 1      2     attempts (deliveries so far)
 //	 3      2     max attempts
 //	 5      4     ttr_ms
@@ -215,23 +223,23 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 //	        [4]   push nonce, when bit 5 is set: random, it marks a job of a
 //	              generated ID, so that a push re-sent by go-redis knows its
 //	              own earlier run from another job
-//	        ...   topic, last error, body (the rest: any bytes)
+//	        [2]   headers length, when bit 6 is set
+//	        ...   topic, last error, headers, body (the rest: any bytes)
 //
-// A job of a 5-byte topic and a 128-byte body, with its push nonce, fits
-// one 160-byte allocation of Redis's allocator. In Go, encodeJob writes the
-// header and decodeJob reads it; in Lua, job.lua's header writes it.
-// queueFormat is what a queue's meta hash records as its "format", and
-// New checks: 3 is jobs in job format 2 with counts per bucket (keys.go).
-// A queue written in another format is refused (ErrFormatMismatch).
-const queueFormat = 3
-
+// The headers are opaque to the scripts, which carry them over unread:
+// each key and then its value, as a uvarint length and the bytes, keys in
+// order (encodeHeaders). A job without headers has neither bit 6 nor a
+// byte for them, so it is encoded as before headers existed. A job of a
+// 5-byte topic and a 128-byte body, with its push nonce, fits one 160-byte
+// allocation of Redis's allocator. In Go, encodeJob writes the header and
+// decodeJob reads it; in Lua, job.lua's header writes it.
 const (
-	jobFormatVersion = 2
-	jobFormat        = jobFormatVersion << 6 // in the top 2 bits of the first byte
-	jobHasNonce      = 1 << 5
-	jobHasWindow     = 1 << 4
-	jobHasError      = 1 << 3
-	jobHeaderLen     = 22
+	jobFormat     = 1 << 7 // the marker bit of an encoded job's first byte
+	jobHasHeaders = 1 << 6
+	jobHasNonce   = 1 << 5
+	jobHasWindow  = 1 << 4
+	jobHasError   = 1 << 3
+	jobHeaderLen  = 22
 
 	maxTTR         = (1<<32 - 1) * time.Millisecond // ttr_ms is 4 bytes
 	maxMaxAttempts = 1<<16 - 1                      // max attempts is 2 bytes
@@ -240,8 +248,9 @@ const (
 
 // encodeJob writes a new delayed job as push.lua stores it: no attempts, no
 // reservation, no error, due at atMs (push.lua writes the due time of a delay),
-// with a dedup window of windowMs and a push nonce (0: none of either).
-func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64, nonce uint32) []byte {
+// with a dedup window of windowMs, a push nonce (0: none of either) and
+// headers as encodeHeaders wrote them (nil: none).
+func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, windowMs int64, nonce uint32, headers []byte) []byte {
 	n := jobHeaderLen
 	if windowMs > 0 {
 		n += 4
@@ -249,7 +258,10 @@ func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, wi
 	if nonce != 0 {
 		n += 4
 	}
-	v := make([]byte, jobHeaderLen, n+len(topic)+len(body))
+	if len(headers) > 0 {
+		n += 2
+	}
+	v := make([]byte, jobHeaderLen, n+len(topic)+len(headers)+len(body))
 	v[0] = jobFormat | byte(StateDelayed)
 	binary.BigEndian.PutUint16(v[3:], uint16(maxAttempts))
 	binary.BigEndian.PutUint32(v[5:], uint32(ttrMs))
@@ -263,8 +275,57 @@ func encodeJob(topic string, body []byte, ttrMs int64, maxAttempts int, atMs, wi
 		v[0] |= jobHasNonce
 		v = binary.BigEndian.AppendUint32(v, nonce)
 	}
+	if len(headers) > 0 {
+		v[0] |= jobHasHeaders
+		v = binary.BigEndian.AppendUint16(v, uint16(len(headers)))
+	}
 	v = append(v, topic...)
+	v = append(v, headers...)
 	return append(v, body...)
+}
+
+// encodeHeaders writes headers as a job's encoding carries them: each key
+// and then its value, as a uvarint length and the bytes, keys in order so
+// that equal headers encode alike; nil for none. Headers that
+// validateHeaders accepts take at most 61,824 bytes, within the 2-byte
+// length that announces them.
+func encodeHeaders(h map[string]string) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(h))
+	size := 0
+	for k, v := range h {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 2*binary.MaxVarintLen32
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	for _, k := range keys {
+		b = appendString(appendString(b, k), h[k])
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decodeHeaders reads what encodeHeaders wrote.
+func decodeHeaders(b []byte) (map[string]string, error) {
+	h := map[string]string{}
+	for len(b) > 0 {
+		var kv [2]string
+		for i := range kv {
+			n, size := binary.Uvarint(b)
+			if size <= 0 || uint64(len(b)-size) < n {
+				return nil, errors.New("short headers")
+			}
+			kv[i], b = string(b[size:size+int(n)]), b[size+int(n):]
+		}
+		h[kv[0]] = kv[1]
+	}
+	return h, nil
 }
 
 func putUint48(b []byte, n uint64) {
@@ -284,8 +345,8 @@ func decodeJob(id string, v []byte) (*Job, error) {
 	if len(v) < jobHeaderLen {
 		return corrupt("short header")
 	}
-	if v[0]>>6 != jobFormatVersion {
-		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding format %d", id, v[0]>>6)
+	if v[0]&jobFormat == 0 {
+		return nil, fmt.Errorf("delayqueue: job %q: unknown encoding: first byte %#x", id, v[0])
 	}
 	state := State(v[0] & 7)
 	if state < StateDelayed || state > StateDead {
@@ -313,15 +374,30 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		}
 		nonce, rest = binary.BigEndian.Uint32(rest), rest[4:]
 	}
+	headersLen := 0
+	if v[0]&jobHasHeaders != 0 {
+		if len(rest) < 2 {
+			return corrupt("short headers length")
+		}
+		headersLen, rest = int(binary.BigEndian.Uint16(rest)), rest[2:]
+	}
 	topicLen := int(v[21])
-	if len(rest) < topicLen+errLen {
-		return corrupt("short topic or error")
+	if len(rest) < topicLen+errLen+headersLen {
+		return corrupt("short topic, error or headers")
+	}
+	var headers map[string]string
+	if headersLen > 0 {
+		var err error
+		if headers, err = decodeHeaders(rest[topicLen+errLen : topicLen+errLen+headersLen]); err != nil {
+			return corrupt(err.Error())
+		}
 	}
 	job := &Job{
 		ID:          id,
 		Topic:       string(rest[:topicLen]),
 		LastError:   string(rest[topicLen : topicLen+errLen]),
-		Body:        rest[topicLen+errLen:],
+		Headers:     headers,
+		Body:        rest[topicLen+errLen+headersLen:],
 		State:       state,
 		Attempts:    int(binary.BigEndian.Uint16(v[1:])),
 		MaxAttempts: int(binary.BigEndian.Uint16(v[3:])),

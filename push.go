@@ -53,8 +53,16 @@ func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, 
 	if err != nil {
 		return PushResult{}, err
 	}
+	if q.opts.pushMiddleware == nil {
+		return q.pushOne(ctx, job, a)
+	}
+	return q.throughPushOne(ctx, job, q.pushOne)
+}
+
+// pushOne pushes a job that prepare checked and encoded as a.
+func (q *DelayQueue) pushOne(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
 	for renewals := 0; ; renewals++ {
-		prefix := q.assignID(job, &a)
+		q.assignID(job, &a)
 		// Concurrent Push calls share round trips and script calls.
 		if err := q.pushes.For(a.bucket).Do(ctx, &a); err != nil {
 			return PushResult{}, err
@@ -64,7 +72,7 @@ func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, 
 			q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: res.Existed})
 			return res, nil
 		}
-		if err := q.idTaken(ctx, job.ID, prefix, renewals); err != nil {
+		if err := q.idTaken(ctx, job.ID, renewals); err != nil {
 			return PushResult{}, err
 		}
 		job.ID = "" // a new one, then
@@ -99,17 +107,33 @@ func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]Pu
 	if q.closed.Load() {
 		return nil, ErrClosed
 	}
+	args, err := q.opts.prepareAll(jobs)
+	if err != nil {
+		return nil, err
+	}
+	if q.opts.pushMiddleware == nil {
+		return q.pushMany(ctx, jobs, args)
+	}
+	return q.throughPushMany(ctx, jobs)
+}
+
+// prepareAll prepares every job, or says which one it refuses.
+func (o *options) prepareAll(jobs []*Job) ([]pushArgs, error) {
 	args := make([]pushArgs, len(jobs))
 	for i, job := range jobs {
-		a, err := q.opts.prepare(job)
+		a, err := o.prepare(job)
 		if err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
 		args[i] = a
 	}
-	prefixes := make([]*string, len(jobs))
+	return args, nil
+}
+
+// pushMany pushes jobs that prepareAll checked and encoded as args.
+func (q *DelayQueue) pushMany(ctx context.Context, jobs []*Job, args []pushArgs) ([]PushResult, error) {
 	for i, job := range jobs {
-		prefixes[i] = q.assignID(job, &args[i])
+		q.assignID(job, &args[i])
 	}
 	pending := make([]*pushArgs, len(args))
 	for i := range args {
@@ -127,11 +151,11 @@ func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]Pu
 		pending = pending[:0]
 		for i := range args {
 			if a := &args[i]; a.status == pushTaken {
-				if err := q.idTaken(ctx, a.id, prefixes[i], renewals); err != nil {
+				if err := q.idTaken(ctx, a.id, renewals); err != nil {
 					return nil, err
 				}
 				jobs[i].ID = "" // a new one, then
-				prefixes[i] = q.assignID(jobs[i], a)
+				q.assignID(jobs[i], a)
 				pending = append(pending, a)
 			}
 		}
@@ -177,10 +201,21 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 	if err != nil {
 		return PushResult{}, err
 	}
+	replace := slices.Contains(opts, ReplaceReserved)
+	if q.opts.pushMiddleware == nil {
+		return q.upsert(ctx, job, a, replace)
+	}
+	return q.throughPushOne(ctx, job, func(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
+		return q.upsert(ctx, job, a, replace)
+	})
+}
+
+// upsert creates or replaces a job that prepare checked and encoded as a.
+func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs, replace bool) (PushResult, error) {
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts},
-		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job, slices.Contains(opts, ReplaceReserved)).Int64Slice()
+		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job, replace).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}
@@ -255,6 +290,9 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	case job.DedupWindow < 0 || job.DedupWindow > maxDedupWindow:
 		return a, fmt.Errorf("%w: DedupWindow %v: want 0 to %v", ErrInvalidJob, job.DedupWindow, maxDedupWindow)
 	}
+	if err := validateHeaders(job.Headers); err != nil {
+		return a, err
+	}
 	var atMs int64
 	if job.RunAt.IsZero() {
 		a.delayMs = strconv.FormatInt(ceilMs(job.Delay), 10)
@@ -285,28 +323,26 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 		nonce = job.nonce
 	}
 	a.id = job.ID
-	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce)
+	a.job = encodeJob(job.Topic, job.Body, ceilMs(ttr), maxAttempts, atMs, ceilMs(window), nonce, encodeHeaders(job.Headers))
 	return a, nil
 }
 
 // assignID gives a job without an ID a new one, and files it in its
-// bucket. It returns the prefix of the new ID (nil when it had one).
-func (q *DelayQueue) assignID(job *Job, a *pushArgs) *string {
-	var prefix *string
+// bucket.
+func (q *DelayQueue) assignID(job *Job, a *pushArgs) {
 	if job.ID == "" {
-		job.ID, prefix = q.ids.next()
+		job.ID = q.ids.next()
 	}
 	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
-	return prefix
 }
 
 // idTaken handles a generated ID that push.lua found taken by another job:
 // the queue takes a new instance number, unless it has done so too often.
-func (q *DelayQueue) idTaken(ctx context.Context, id string, prefix *string, renewals int) error {
+func (q *DelayQueue) idTaken(ctx context.Context, id string, renewals int) error {
 	if renewals >= maxIDRenewals {
 		return fmt.Errorf("delayqueue: push: generated ID %q is taken by another job, even after %d new instance numbers", id, renewals)
 	}
-	return q.renewIDs(ctx, prefix)
+	return q.renewIDs(ctx, id)
 }
 
 // pushLanes coalesce concurrent pushes, keeping two batches in flight: with

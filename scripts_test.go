@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -105,19 +104,8 @@ func globalsOf(p *lua.FunctionProto) []string {
 // the header's layout: the state bits, attempts (capped), at_ms and reservation
 // change as asked, every other byte stays.
 func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
-	prelude, err := scriptFiles.ReadFile("scripts/job.lua")
-	require.NoError(t, err)
-	src := `return restate(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))`
-	script := redis.NewScript(preludeFor(string(prelude), src) + "\n" + src)
-
-	withError := []byte{jobFormat | byte(StateReserved) | jobHasError, 0, 2, 0, 5, 0, 0, 0x05, 0xdc}
-	withError = append(withError, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0, 0, 0, 0, 0, 4, 5, 0, 4)
-	withError = append(withError, "topicboombo\ndy"...)
-	jobs := map[string][]byte{
-		"plain":       encodeJob("t", []byte("body"), 1500, 3, 0, 0, 0),
-		"every field": encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 1<<32-1, 1<<32-1),
-		"last error":  withError,
-	}
+	script := jobScript(t, `return restate(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))`)
+	jobs := codecSamples()
 	type change struct {
 		state                 State
 		at                    int64
@@ -153,27 +141,68 @@ func TestRestateRewritesTheHeaderAndKeepsTheRest(t *testing.T) {
 		}
 		return strconv.FormatInt(n, 10)
 	}
-	for _, be := range []string{"miniredis", "redis"} {
-		t.Run(be, func(t *testing.T) {
-			var client redis.UniversalClient
-			if be == "miniredis" {
-				m := miniredis.RunT(t)
-				c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-				t.Cleanup(func() { _ = c.Close() })
-				client = c
-			} else {
-				client = redistest.Shared(t).Client(t)
+	eachLua(t, func(t *testing.T, client redis.UniversalClient) {
+		for name, v := range jobs {
+			for _, c := range changes {
+				got, err := script.Run(context.Background(), client, nil,
+					v, int(c.state), c.at, arg(c.attempts), arg(c.reservation)).Text()
+				require.NoError(t, err)
+				assert.Equal(t, want(v, c), []byte(got), "%s, %+v", name, c)
+				_, err = decodeJob("x", []byte(got))
+				assert.NoError(t, err, "%s, %+v", name, c)
 			}
-			for name, v := range jobs {
-				for _, c := range changes {
-					got, err := script.Run(context.Background(), client, nil,
-						v, int(c.state), c.at, arg(c.attempts), arg(c.reservation)).Text()
-					require.NoError(t, err)
-					assert.Equal(t, want(v, c), []byte(got), "%s, %+v", name, c)
-					_, err = decodeJob("x", []byte(got))
-					assert.NoError(t, err, "%s, %+v", name, c)
-				}
-			}
-		})
+		}
+	})
+}
+
+// TestDecodeThenEncodeKeepsEveryByte runs job.lua's decode and encode on
+// Redis's Lua and miniredis's: what a script does not change comes out as
+// it went in, headers included, which Lua never reads.
+func TestDecodeThenEncodeKeepsEveryByte(t *testing.T) {
+	script := jobScript(t, `return encode(decode(ARGV[1]))`)
+	eachLua(t, func(t *testing.T, client redis.UniversalClient) {
+		for name, v := range codecSamples() {
+			got, err := script.Run(context.Background(), client, nil, v).Text()
+			require.NoError(t, err)
+			assert.Equal(t, v, []byte(got), name)
+		}
+	})
+}
+
+// jobScript makes a script of src and the job.lua helpers it calls.
+func jobScript(t *testing.T, src string) *redis.Script {
+	prelude, err := scriptFiles.ReadFile("scripts/job.lua")
+	require.NoError(t, err)
+	return redis.NewScript(preludeFor(string(prelude), src) + "\n" + src)
+}
+
+// eachLua runs f against miniredis's Lua and a real redis-server's.
+func eachLua(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
+	t.Run("miniredis", func(t *testing.T) { f(t, miniredisClient(t)) })
+	t.Run("redis", func(t *testing.T) { f(t, redistest.Shared(t).Client(t)) })
+}
+
+// codecSamples are encoded jobs with each optional field and without.
+func codecSamples() map[string][]byte {
+	withError := []byte{jobFormat | byte(StateReserved) | jobHasError, 0, 2, 0, 5, 0, 0, 0x05, 0xdc}
+	withError = append(withError, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0, 0, 0, 0, 0, 4, 5, 0, 4)
+	withError = append(withError, "topicboombo\ndy"...)
+	headers := encodeHeaders(traceHeaders)
+	// Every optional field, a last error and headers.
+	everything := []byte{jobFormat | byte(StateReserved) | jobHasError | jobHasWindow | jobHasNonce | jobHasHeaders, 0, 2, 0, 5, 0, 0, 0x05, 0xdc}
+	everything = append(everything, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, 0, 0, 0, 0, 0, 4, 5, 0, 4)
+	everything = append(everything, 0, 0, 0x27, 0x10, 0xde, 0xad, 0xbe, 0xef) // window 10 s, nonce
+	everything = binary.BigEndian.AppendUint16(everything, uint16(len(headers)))
+	everything = append(everything, "topicboom"...)
+	everything = append(everything, headers...)
+	everything = append(everything, "bo\ndy"...)
+	return map[string][]byte{
+		"plain":           encodeJob("t", []byte("body"), 1500, 3, 0, 0, 0, nil),
+		"every field":     encodeJob("orders", []byte{0, '\n', 255}, 1<<32-1, 65535, 1<<48-1, 1<<32-1, 1<<32-1, nil),
+		"headers":         encodeJob("t", []byte("body"), 1500, 3, 0, 0, 0, headers),
+		"last error":      withError,
+		"everything":      everything,
+		"empty body":      encodeJob("t", nil, 1500, 3, 0, 0, 7, headers),
+		"largest headers": encodeJob("t", []byte("b"), 1, 1, 0, 0, 0, encodeHeaders(map[string]string{"k": strings.Repeat("v", maxHeadersSize-1)})),
 	}
 }

@@ -11,7 +11,8 @@
 -- holds the job by the number it was given.
 
 local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
-local FORMAT = 128 -- format 2, top 2 bits
+local FORMAT = 128 -- the marker bit
+local HAS_HEADERS = 64
 local HAS_NONCE = 32
 local HAS_WINDOW = 16
 local HAS_ERROR = 8
@@ -42,13 +43,14 @@ local function has(v, flag)
 end
 
 -- optional returns where each optional field of an encoded job starts
--- (error length, window, nonce; nil when absent) and where the topic
--- starts. It makes no table: decode runs for every job a script touches.
+-- (error length, window, nonce, headers length; nil when absent) and where
+-- the topic starts. It makes no table: decode runs for every job a script
+-- touches.
 -- (No multiple assignment whose targets are also read here: miniredis's
 -- Lua orders those differently.)
 local function optional(v)
   local flags = byte(v, 1)
-  local pos, e, w, n = HEADER + 1, nil, nil, nil
+  local pos, e, w, n, h = HEADER + 1, nil, nil, nil, nil
   if floor(flags / HAS_ERROR) % 2 == 1 then
     e = pos
     pos = pos + 2
@@ -61,12 +63,16 @@ local function optional(v)
     n = pos
     pos = pos + 4
   end
-  return e, w, n, pos
+  if floor(flags / HAS_HEADERS) % 2 == 1 then
+    h = pos
+    pos = pos + 2
+  end
+  return e, w, n, h, pos
 end
 
 -- topic_of reads an encoded job's topic.
 local function topic_of(v)
-  local _, _, _, from = optional(v)
+  local _, _, _, _, from = optional(v)
   return sub(v, from, from + byte(v, HEADER) - 1)
 end
 
@@ -179,14 +185,20 @@ local function u32at(v, pos)
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
 
+-- decode reads an encoded job into a table; encode writes it back. The
+-- headers are carried over as they are, never read.
 local function decode(v)
   local flags, t1, t2, m1, m2, r1, r2, r3, r4 = byte(v, 1, 9)
   local tlen = byte(v, 22)
-  local e, w, n, pos = optional(v)
-  local elen, window, nonce = 0, 0, ''
+  local e, w, n, h, pos = optional(v)
+  local elen, window, nonce, hlen = 0, 0, '', 0
   if e then
     local e1, e2 = byte(v, e, e + 1)
     elen = e1 * 256 + e2
+  end
+  if h then
+    local h1, h2 = byte(v, h, h + 1)
+    hlen = h1 * 256 + h2
   end
   if w then
     window = u32at(v, w)
@@ -205,12 +217,13 @@ local function decode(v)
     nonce = nonce,
     topic = sub(v, pos, pos + tlen - 1),
     err = sub(v, pos + tlen, pos + tlen + elen - 1),
-    body = sub(v, pos + tlen + elen),
+    headers = sub(v, pos + tlen + elen, pos + tlen + elen + hlen - 1),
+    body = sub(v, pos + tlen + elen + hlen),
   }
 end
 
 local function encode(j)
-  local flags, err, elen, window, nonce = FORMAT + j.state, j.err, '', '', ''
+  local flags, err, elen, window, nonce, hlen = FORMAT + j.state, j.err, '', '', '', ''
   if err ~= '' then
     err = sub(err, 1, 65535)
     flags, elen = flags + HAS_ERROR, u16(#err)
@@ -221,8 +234,11 @@ local function encode(j)
   if j.nonce ~= '' then
     flags, nonce = flags + HAS_NONCE, j.nonce
   end
+  if j.headers ~= '' then
+    flags, hlen = flags + HAS_HEADERS, u16(#j.headers)
+  end
   return header(flags, j.attempts, j.max, j.ttr, math.max(j.at, 0), j.reservation, #j.topic) ..
-    elen .. window .. nonce .. j.topic .. err .. j.body
+    elen .. window .. nonce .. hlen .. j.topic .. err .. j.headers .. j.body
 end
 
 -- window_of reads an encoded job's dedup window, 0 for none.

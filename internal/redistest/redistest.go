@@ -13,6 +13,7 @@ import (
 
 	"github.com/dqueue/delayqueue/internal/redisproc"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // RequireEnv names the variable that turns a missing redis-server into a
@@ -143,6 +144,20 @@ func StopShared() {
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
+}
+
+// AfterTests ends a test binary's run: it stops the shared servers and,
+// when the tests passed (code 0), fails the run if goroutines were left
+// behind. It returns the exit code: os.Exit(redistest.AfterTests(m.Run())).
+func AfterTests(code int) int {
+	StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // Client returns a client of the server, closed when the test ends.
