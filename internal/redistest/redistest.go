@@ -13,6 +13,7 @@ import (
 
 	"github.com/dqueue/delayqueue/internal/redisproc"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // RequireEnv names the variable that turns a missing redis-server into a
@@ -129,6 +130,21 @@ func ClusterClient(tb testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// Run is a TestMain's body: it runs the tests, stops the shared servers,
+// and when the tests passed, fails the run for any goroutine left behind.
+// It returns the exit code.
+func Run(m *testing.M) int {
+	code := m.Run()
+	StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // StopShared stops the servers started by Shared and SharedCluster, if any.
