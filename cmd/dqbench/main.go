@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/svgchart"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -292,16 +293,8 @@ func median(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-func num(v float64) string {
-	switch {
-	case v >= 1000:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
+// num formats a figure of the tables as the charts' ticks show it.
+var num = svgchart.Number
 
 // percentile of sorted durations, in milliseconds.
 func percentile(sorted []time.Duration, p float64) float64 {
