@@ -5,6 +5,7 @@
 //	go run ./cmd/dqbench -addr host:port  # an existing Redis (its data is flushed!)
 //	go run ./cmd/dqbench -only s2 -runs 3
 //	go run ./cmd/dqbench -cluster         # a throwaway 3-master Redis Cluster
+//	go run ./cmd/dqbench -only s1,s3 -observe prom   # with dqprom attached and scraped every second
 //
 // The layout scenarios l (lateness), e (end to end) and p (push) run only
 // when named: they run the queue in separate producer and consumer
@@ -26,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/internal/svgchart"
 	"github.com/redis/go-redis/v9"
 )
@@ -76,6 +78,9 @@ type bench struct {
 	lJobs   int           // jobs in L
 	lSpread time.Duration // L's jobs are due over this long
 
+	observe string                            // -observe: what the queues under test have attached
+	detach  map[*delayqueue.DelayQueue]func() // what open attached, by queue, until close
+
 	lateness [][]time.Duration // S2's sorted lateness samples, per run
 	growth   [][2][]float64    // S6's push and move costs, per run
 }
@@ -118,6 +123,7 @@ func run(ctx context.Context) error {
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
+	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
 	hog := flag.Float64("hog", 0, "share of the machine's CPU that a competing process keeps busy while the scenarios run, in bursts on every core (0: none)")
 	flag.Parse()
 	if *hog != 0 {
@@ -148,6 +154,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.lSpread < time.Millisecond:
 		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
+	case b.observe != observeNone && b.observe != observeProm:
+		return fmt.Errorf("-observe %q: none or prom", b.observe)
 	}
 
 	where := *addr
@@ -189,8 +197,12 @@ func run(ctx context.Context) error {
 	if *hog != 0 {
 		hogged = fmt.Sprintf(", beside a process keeping %.1f %% of the CPU busy", *hog*100)
 	}
-	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s%s\n\n",
-		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), hogged)
+	observed := ""
+	if b.observe != observeNone {
+		observed = ", queues observed by " + b.observe
+	}
+	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s%s%s\n\n",
+		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), hogged, observed)
 	if len(inProcess) > 0 {
 		fmt.Println("| scenario | figure | median | min – max |")
 		fmt.Println("|---|---|---|---|")
