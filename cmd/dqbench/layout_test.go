@@ -97,6 +97,13 @@ func TestChooseScenarios(t *testing.T) {
 	assert.Equal(t, "l", layouts[0].id)
 	assert.Equal(t, "p", layouts[1].id)
 
+	in, layouts, err = chooseScenarios("s1,s3")
+	require.NoError(t, err)
+	require.Len(t, in, 2, "the scenarios named, not every one after the last found")
+	assert.Equal(t, "s1", in[0].id)
+	assert.Equal(t, "s3", in[1].id)
+	assert.Empty(t, layouts)
+
 	_, _, err = chooseScenarios("l,x")
 	assert.ErrorContains(t, err, `"x"`)
 	_, err = listFlag("topology", "single,ring", "single", "split", "multi")

@@ -258,10 +258,11 @@ func chooseScenarios(only string) ([]scenario, []*layoutScenario, error) {
 			want[id] = true
 		}
 	}
+	all := len(want) == 0
 	var inProcess []scenario
 	var layouts []*layoutScenario
 	for _, s := range scenarios {
-		if len(want) == 0 || want[s.id] {
+		if all || want[s.id] {
 			inProcess = append(inProcess, s)
 			delete(want, s.id)
 		}
