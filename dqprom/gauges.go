@@ -22,7 +22,8 @@ type Overviewer interface {
 // error, so that the counters registered beside it are still scraped.
 // Concurrent scrapes read Redis once each. The collector is safe for
 // concurrent use; register it in one process per queue (see the package
-// doc).
+// doc), and once per registry: the gauges of two queues need two Metrics
+// with different Options.Queue.
 func (m *Metrics) Gauges(q Overviewer) prometheus.Collector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, m.constLabels())
