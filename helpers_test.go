@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}
-	os.Exit(redistest.AfterTests(m.Run()))
+	os.Exit(redistest.Run(m))
 }
 
 // backend is one Redis the behaviour tests run against.

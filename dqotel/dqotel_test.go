@@ -32,7 +32,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(redistest.AfterTests(m.Run()))
+	os.Exit(redistest.Run(m))
 }
 
 // forEachBackend runs f against miniredis and a real redis-server.

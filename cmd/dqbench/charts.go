@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/internal/svgchart"
 )
-
-var runColors = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"}
 
 // writeCharts draws S2's lateness distribution and S6's cost growth.
 func (b *bench) writeCharts(dir, suffix string) error {
@@ -19,41 +18,41 @@ func (b *bench) writeCharts(dir, suffix string) error {
 		return err
 	}
 	if len(b.lateness) > 0 {
-		c := chart{
-			title:  "S2: delivery lateness, 20,000 jobs due over 4 s, 16 workers",
-			xLabel: "lateness (ms)", yLabel: "jobs delivered at most this late (%)",
+		c := svgchart.Chart{
+			Title:  "S2: delivery lateness, 20,000 jobs due over 4 s, 16 workers",
+			XLabel: "lateness (ms)", YLabel: "jobs delivered at most this late (%)",
 		}
 		for i, lates := range b.lateness {
-			s := series{name: fmt.Sprintf("run %d", i+1), color: runColors[i%len(runColors)]}
+			s := svgchart.Series{Name: fmt.Sprintf("run %d", i+1), Color: svgchart.Colors[i%len(svgchart.Colors)]}
 			for k := 0; k <= 200; k++ {
 				p := float64(k) / 2
-				s.points = append(s.points, [2]float64{percentile(lates, p), p})
+				s.Points = append(s.Points, [2]float64{percentile(lates, p), p})
 			}
-			c.series = append(c.series, s)
+			c.Series = append(c.Series, s)
 		}
-		if err := c.write(filepath.Join(dir, "lateness"+suffix+".svg")); err != nil {
+		if err := c.Write(filepath.Join(dir, "lateness"+suffix+".svg")); err != nil {
 			return err
 		}
 	}
 	if len(b.growth) > 0 {
-		c := chart{
-			title:  "S6: Redis time per job as pending jobs grow",
-			xLabel: "jobs already pending", yLabel: "µs of Redis script time per job",
-			logX: true,
+		c := svgchart.Chart{
+			Title:  "S6: Redis time per job as pending jobs grow",
+			XLabel: "jobs already pending", YLabel: "µs of Redis script time per job",
+			LogX: true,
 		}
 		for k, name := range []string{"push", "move"} {
-			s := series{name: name + " (median)", color: runColors[k]}
+			s := svgchart.Series{Name: name + " (median)", Color: svgchart.Colors[k]}
 			for i, pending := range []float64{1e4, 1e5, 1e6} {
 				var vals []float64
 				for _, run := range b.growth {
 					vals = append(vals, run[k][i])
 				}
 				slices.Sort(vals)
-				s.points = append(s.points, [2]float64{pending, median(vals)})
+				s.Points = append(s.Points, [2]float64{pending, median(vals)})
 			}
-			c.series = append(c.series, s)
+			c.Series = append(c.Series, s)
 		}
-		if err := c.write(filepath.Join(dir, "growth"+suffix+".svg")); err != nil {
+		if err := c.Write(filepath.Join(dir, "growth"+suffix+".svg")); err != nil {
 			return err
 		}
 	}

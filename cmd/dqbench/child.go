@@ -66,6 +66,7 @@ type childConfig struct {
 	spread  time.Duration
 	start   bool // dq: call Start; min: run the mover
 	timeout time.Duration
+	observe string // dq: what the queue has attached (-observe)
 }
 
 func parseChildFlags(args []string) (*childConfig, error) {
@@ -82,6 +83,7 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.DurationVar(&c.spread, "spread", 0, "with -due at: jobs are due at random over this long from the base time")
 	fs.BoolVar(&c.start, "start", false, "dq: call Start; min: run the mover")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "stop after this long in any case")
+	fs.StringVar(&c.observe, "observe", observeNone, "dq: what the queue has attached: none or prom")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -96,6 +98,8 @@ func parseChildFlags(args []string) (*childConfig, error) {
 		return nil, fmt.Errorf("unknown consumer method %q", c.method)
 	case c.due != dueAt && c.due != dueNow && c.due != dueHour:
 		return nil, fmt.Errorf("unknown due kind %q", c.due)
+	case c.observe != observeNone && c.observe != observeProm:
+		return nil, fmt.Errorf("unknown observation %q", c.observe)
 	case *addrs == "" || c.queue == "":
 		return nil, errors.New("-addrs and -queue are required")
 	}
@@ -155,17 +159,20 @@ func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (d
 	if c.impl == "min" {
 		return openMinimal(client, c.queue, c.start), nil
 	}
-	q, err := delayqueue.New(client, delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(time.Minute))
+	q, detach, err := openObserved(c.observe, func(more ...delayqueue.Option) (*delayqueue.DelayQueue, error) {
+		return delayqueue.New(client, append([]delayqueue.Option{delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(time.Minute)}, more...)...)
+	})
 	if err != nil {
 		return nil, err
 	}
+	d := &queue{q: q, method: c.method, detach: detach}
 	if c.start {
 		if err := q.Start(ctx); err != nil {
-			_ = q.Close(ctx)
+			_ = d.close(ctx)
 			return nil, err
 		}
 	}
-	return &queue{q: q, method: c.method}, nil
+	return d, nil
 }
 
 // run plays the child's role until it is done or stopped.
@@ -241,6 +248,7 @@ func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int,
 type queue struct {
 	q      *delayqueue.DelayQueue
 	method string
+	detach func() // ends what -observe attached
 }
 
 func (d *queue) push(ctx context.Context, body []byte, due int64, how dueKind) error {
@@ -294,7 +302,10 @@ func (d *queue) consume(ctx context.Context, got func(body []byte, reserved time
 	return g.Wait()
 }
 
-func (d *queue) close(ctx context.Context) error { return d.q.Close(ctx) }
+func (d *queue) close(ctx context.Context) error {
+	d.detach()
+	return d.q.Close(ctx)
+}
 
 // reporter writes a child's lines to stdout. Receipts are buffered and
 // flushed every 10 ms, so that writing them costs the consumers little and

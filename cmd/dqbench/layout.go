@@ -152,6 +152,9 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	if method != "" {
 		args = append(args, "-method", method)
 	}
+	if impl == "dq" {
+		args = append(args, "-observe", b.observe)
+	}
 	var pusher *proc
 	var err error
 	switch {

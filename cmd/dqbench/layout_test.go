@@ -97,6 +97,13 @@ func TestChooseScenarios(t *testing.T) {
 	assert.Equal(t, "l", layouts[0].id)
 	assert.Equal(t, "p", layouts[1].id)
 
+	in, layouts, err = chooseScenarios("s1,s3")
+	require.NoError(t, err)
+	require.Len(t, in, 2, "the scenarios named, not every one after the last found")
+	assert.Equal(t, "s1", in[0].id)
+	assert.Equal(t, "s3", in[1].id)
+	assert.Empty(t, layouts)
+
 	_, _, err = chooseScenarios("l,x")
 	assert.ErrorContains(t, err, `"x"`)
 	_, err = listFlag("topology", "single,ring", "single", "split", "multi")
@@ -108,53 +115,59 @@ func TestChooseScenarios(t *testing.T) {
 // due times, and every one arrives once, none early.
 func TestSingleProcessDeliversEveryJob(t *testing.T) {
 	srv := redistest.Start(t)
+	type run struct{ impl, method, observe string }
+	runs := []run{{"dq", "consume", observeProm}} // dqprom attached changes nothing delivered
 	for _, impl := range designs {
 		for _, method := range []string{"pop", "consume"} {
 			if impl == "min" && method == "consume" {
 				continue // the baseline has one way to consume
 			}
-			t.Run(impl+"-"+method, func(t *testing.T) {
-				const n = 500
-				c := &childConfig{role: "single", impl: impl, method: method, addrs: []string{srv.Addr},
-					queue: "t-" + impl + "-" + method, jobs: n, due: dueAt, spread: 300 * time.Millisecond, start: true}
-				ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-				defer stop()
-				var buf lockedBuffer
-				out := newReporter(&buf)
-				base := make(chan int64, 1)
-				first := time.Now().Add(100 * time.Millisecond)
-				base <- first.UnixMilli()
-				done := make(chan childResult, 1)
-				go func() { done <- c.run(ctx, base, out) }()
-				require.Eventually(t, func() bool { return out.received() >= n }, 20*time.Second, 5*time.Millisecond)
-				stop()
-				res := <-done
-				require.NoError(t, out.finish(res))
-
-				got := newReceipts(n)
-				var last childResult
-				sc := bufio.NewScanner(bytes.NewReader(buf.bytes()))
-				require.True(t, sc.Scan())
-				assert.Equal(t, readyLine, sc.Text())
-				for sc.Scan() {
-					if line := sc.Bytes(); bytes.HasPrefix(line, []byte(receiptMark)) {
-						require.NoError(t, got.add(line))
-					} else {
-						require.NoError(t, json.Unmarshal(line, &last))
-					}
-				}
-				assert.Empty(t, last.Error)
-				assert.Equal(t, n, last.Pushed)
-				assert.Equal(t, n, last.Received)
-				assert.Equal(t, n, got.distinct)
-				assert.Equal(t, n, got.total)
-				assert.Zero(t, got.early)
-				for _, late := range got.lates {
-					// Redis and the test share the machine's clock.
-					assert.GreaterOrEqual(t, late, time.Duration(0))
-				}
-			})
+			runs = append(runs, run{impl, method, observeNone})
 		}
+	}
+	for _, r := range runs {
+		impl, method, name := r.impl, r.method, r.impl+"-"+r.method+"-"+r.observe
+		t.Run(name, func(t *testing.T) {
+			const n = 500
+			c := &childConfig{role: "single", impl: impl, method: method, addrs: []string{srv.Addr},
+				queue: "t-" + name, jobs: n, due: dueAt, spread: 300 * time.Millisecond, start: true, observe: r.observe}
+			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+			defer stop()
+			var buf lockedBuffer
+			out := newReporter(&buf)
+			base := make(chan int64, 1)
+			first := time.Now().Add(100 * time.Millisecond)
+			base <- first.UnixMilli()
+			done := make(chan childResult, 1)
+			go func() { done <- c.run(ctx, base, out) }()
+			require.Eventually(t, func() bool { return out.received() >= n }, 20*time.Second, 5*time.Millisecond)
+			stop()
+			res := <-done
+			require.NoError(t, out.finish(res))
+
+			got := newReceipts(n)
+			var last childResult
+			sc := bufio.NewScanner(bytes.NewReader(buf.bytes()))
+			require.True(t, sc.Scan())
+			assert.Equal(t, readyLine, sc.Text())
+			for sc.Scan() {
+				if line := sc.Bytes(); bytes.HasPrefix(line, []byte(receiptMark)) {
+					require.NoError(t, got.add(line))
+				} else {
+					require.NoError(t, json.Unmarshal(line, &last))
+				}
+			}
+			assert.Empty(t, last.Error)
+			assert.Equal(t, n, last.Pushed)
+			assert.Equal(t, n, last.Received)
+			assert.Equal(t, n, got.distinct)
+			assert.Equal(t, n, got.total)
+			assert.Zero(t, got.early)
+			for _, late := range got.lates {
+				// Redis and the test share the machine's clock.
+				assert.GreaterOrEqual(t, late, time.Duration(0))
+			}
+		})
 	}
 }
 

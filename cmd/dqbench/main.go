@@ -5,6 +5,7 @@
 //	go run ./cmd/dqbench -addr host:port  # an existing Redis (its data is flushed!)
 //	go run ./cmd/dqbench -only s2 -runs 3
 //	go run ./cmd/dqbench -cluster         # a throwaway 3-master Redis Cluster
+//	go run ./cmd/dqbench -only s1,s3 -observe prom   # with dqprom attached and scraped every second
 //
 // The layout scenarios l (lateness), e (end to end) and p (push) run only
 // when named: they run the queue in separate producer and consumer
@@ -26,6 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/internal/svgchart"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,6 +78,9 @@ type bench struct {
 	lJobs   int           // jobs in L
 	lSpread time.Duration // L's jobs are due over this long
 
+	observe string                            // -observe: what the queues under test have attached
+	detach  map[*delayqueue.DelayQueue]func() // what open attached, by queue, until close
+
 	lateness [][]time.Duration // S2's sorted lateness samples, per run
 	growth   [][2][]float64    // S6's push and move costs, per run
 }
@@ -117,6 +123,7 @@ func run(ctx context.Context) error {
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
+	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
 	hog := flag.Float64("hog", 0, "share of the machine's CPU that a competing process keeps busy while the scenarios run, in bursts on every core (0: none)")
 	flag.Parse()
 	if *hog != 0 {
@@ -147,6 +154,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.lSpread < time.Millisecond:
 		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
+	case b.observe != observeNone && b.observe != observeProm:
+		return fmt.Errorf("-observe %q: none or prom", b.observe)
 	}
 
 	where := *addr
@@ -188,8 +197,12 @@ func run(ctx context.Context) error {
 	if *hog != 0 {
 		hogged = fmt.Sprintf(", beside a process keeping %.1f %% of the CPU busy", *hog*100)
 	}
-	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s%s\n\n",
-		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), hogged)
+	observed := ""
+	if b.observe != observeNone {
+		observed = ", queues observed by " + b.observe
+	}
+	fmt.Printf("# dqbench: %d runs each, Redis %s at %s, %s/%s, %d CPUs, %s%s%s\n\n",
+		*runs, redisVersion(ctx, b.nodes[0]), where, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), hogged, observed)
 	if len(inProcess) > 0 {
 		fmt.Println("| scenario | figure | median | min – max |")
 		fmt.Println("|---|---|---|---|")
@@ -245,10 +258,11 @@ func chooseScenarios(only string) ([]scenario, []*layoutScenario, error) {
 			want[id] = true
 		}
 	}
+	all := len(want) == 0
 	var inProcess []scenario
 	var layouts []*layoutScenario
 	for _, s := range scenarios {
-		if len(want) == 0 || want[s.id] {
+		if all || want[s.id] {
 			inProcess = append(inProcess, s)
 			delete(want, s.id)
 		}
@@ -292,16 +306,8 @@ func median(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-func num(v float64) string {
-	switch {
-	case v >= 1000:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
+// num formats a figure of the tables as the charts' ticks show it.
+var num = svgchart.Number
 
 // percentile of sorted durations, in milliseconds.
 func percentile(sorted []time.Duration, p float64) float64 {

@@ -42,8 +42,29 @@ func body() []byte {
 	return b
 }
 
+// open opens a queue of its own for a scenario, with what -observe
+// attaches; close it with b.close.
 func (b *bench) open(name string, opts ...delayqueue.Option) (*delayqueue.DelayQueue, error) {
-	return delayqueue.New(b.client, append([]delayqueue.Option{delayqueue.WithName(b.queueName(name))}, opts...)...)
+	q, detach, err := openObserved(b.observe, func(more ...delayqueue.Option) (*delayqueue.DelayQueue, error) {
+		return delayqueue.New(b.client, slices.Concat([]delayqueue.Option{delayqueue.WithName(b.queueName(name))}, opts, more)...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if b.detach == nil {
+		b.detach = map[*delayqueue.DelayQueue]func(){}
+	}
+	b.detach[q] = detach
+	return q, nil
+}
+
+// close detaches what -observe attached to q, then closes q.
+func (b *bench) close(ctx context.Context, q *delayqueue.DelayQueue) error {
+	if detach, ok := b.detach[q]; ok {
+		detach()
+		delete(b.detach, q)
+	}
+	return q.Close(ctx)
 }
 
 // eachByProducers calls f for 0 to n-1 from 16 producer goroutines, each
@@ -117,7 +138,7 @@ func (b *bench) pushThroughput(ctx context.Context, name string,
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close(ctx)
+	defer b.close(ctx, q)
 	body := body()
 	before, err := b.commandCalls(ctx)
 	if err != nil {
@@ -175,7 +196,7 @@ func lateness(ctx context.Context, b *bench) (figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close(ctx)
+	defer b.close(ctx, q)
 	if err := q.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -267,7 +288,7 @@ func (b *bench) endToEnd(ctx context.Context, name string,
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close(ctx)
+	defer b.close(ctx, q)
 	if err := q.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -306,7 +327,7 @@ func memory(ctx context.Context, b *bench) (figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close(ctx)
+	defer b.close(ctx, q)
 	before, err := b.usedMemory(ctx)
 	if err != nil {
 		return nil, err
@@ -330,7 +351,7 @@ func idle(ctx context.Context, b *bench) (figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer q.Close(ctx)
+	defer b.close(ctx, q)
 	if err := q.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -431,7 +452,7 @@ func growth(ctx context.Context, b *bench) (figures, error) {
 			return nil, err
 		}
 		move = append(move, float64(usec)/n)
-		if err := q.Close(ctx); err != nil {
+		if err := b.close(ctx, q); err != nil {
 			return nil, err
 		}
 		figs = append(figs,

@@ -132,6 +132,21 @@ func ClusterClient(tb testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
 	return cc
 }
 
+// Run is a TestMain's body: it runs the tests, stops the shared servers,
+// and when the tests passed, fails the run for any goroutine left behind.
+// It returns the exit code.
+func Run(m *testing.M) int {
+	code := m.Run()
+	StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
 // StopShared stops the servers started by Shared and SharedCluster, if any.
 // Call it from TestMain after m.Run.
 func StopShared() {
@@ -144,20 +159,6 @@ func StopShared() {
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
-}
-
-// AfterTests ends a test binary's run: it stops the shared servers and,
-// when the tests passed (code 0), fails the run if goroutines were left
-// behind. It returns the exit code: os.Exit(redistest.AfterTests(m.Run())).
-func AfterTests(code int) int {
-	StopShared()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
-			return 1
-		}
-	}
-	return code
 }
 
 // Client returns a client of the server, closed when the test ends.
