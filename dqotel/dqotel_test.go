@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dqotel"
 	"github.com/dqueue/delayqueue/internal/redistest"
@@ -33,19 +32,6 @@ import (
 
 func TestMain(m *testing.M) {
 	os.Exit(redistest.Run(m))
-}
-
-// forEachBackend runs f against miniredis and a real redis-server.
-func forEachBackend(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { _ = c.Close() })
-		f(t, c)
-	})
-	t.Run("redis", func(t *testing.T) {
-		f(t, redistest.Shared(t).Client(t))
-	})
 }
 
 var (
@@ -194,7 +180,7 @@ func consume(t *testing.T, q *delayqueue.DelayQueue, n int, h delayqueue.Handler
 // queue on the same Redis, with telemetry of its own), and follows the
 // trace context from one to the other.
 func TestTheProcessSpanLinksToTheSendSpanOfAnotherProcess(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		name := uniqueName(t)
 		producer, consumer := newProcess(t), newProcess(t)
 		pq := openQueue(t, c, name, producer.Options()...)
@@ -250,7 +236,7 @@ func TestTheProcessSpanLinksToTheSendSpanOfAnotherProcess(t *testing.T) {
 }
 
 func TestWithProducerAsParentTheProcessSpanIsTheSendSpansChild(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		name := uniqueName(t)
 		producer, consumer := newProcess(t), newProcess(t, dqotel.WithProducerAsParent())
 		pq := openQueue(t, c, name, producer.Options()...)
@@ -269,7 +255,7 @@ func TestWithProducerAsParentTheProcessSpanIsTheSendSpansChild(t *testing.T) {
 }
 
 func TestTheProcessSpanSaysHowTheHandlerFailed(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		tel := newProcess(t)
 		q := openQueue(t, c, uniqueName(t), append(tel.Options(), delayqueue.WithMaxAttempts(1))...)
 		outcomes := map[string]func() error{
@@ -325,7 +311,7 @@ func TestTheProcessSpanSaysHowTheHandlerFailed(t *testing.T) {
 }
 
 func TestTheSendSpanSaysHowThePushFailed(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		tel := newProcess(t)
 		q := openQueue(t, c, uniqueName(t), tel.Options()...)
@@ -349,7 +335,7 @@ func TestTheSendSpanSaysHowThePushFailed(t *testing.T) {
 }
 
 func TestPushManyMakesASendSpanPerJob(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		tel := newProcess(t)
 		q := openQueue(t, c, uniqueName(t), tel.Options()...)
 		shared := map[string]string{"tenant": "acme"} // one map for all: each job gets its own copy
@@ -381,7 +367,7 @@ func TestPushManyMakesASendSpanPerJob(t *testing.T) {
 // a queue without dqotel, from one whose tracing is off, and from one that
 // traces, and compares what each stored.
 func TestAJobPushedWithoutATraceContextCostsNothing(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		name := uniqueName(t)
 		off, err := dqotel.New(dqotel.WithTracerProvider(noop.NewTracerProvider()))
@@ -424,7 +410,7 @@ func poolKey(t *testing.T, c redis.UniversalClient, name string, q *delayqueue.D
 }
 
 func TestTheHandlerGetsTheBaggageTheJobCarries(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, c redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
 		both := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 		tel := newProcess(t, dqotel.WithPropagator(both))
 		q := openQueue(t, c, uniqueName(t), tel.Options()...)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dqprom"
+	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -18,7 +19,7 @@ import (
 // moves, pops, finishes, a retry, a death and a Consume with a failing
 // handler, and reads every figure back through promhttp.
 func TestScrapeCountsAKnownSequenceOfOperations(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, client redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		m := dqprom.New(dqprom.Options{Queue: "mailer"})
 		q, err := delayqueue.New(client, delayqueue.WithName(queueName()), delayqueue.WithObserver(m),

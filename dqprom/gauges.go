@@ -3,6 +3,7 @@ package dqprom
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dqueue/delayqueue"
@@ -19,7 +20,8 @@ type Overviewer interface {
 // scrape with one q.Overview call bounded by Options.ScrapeTimeout (see the
 // package doc for the metrics). A scrape that cannot read Redis still
 // succeeds: it reports delayqueue_up 0 and no other gauge, and logs the
-// error, so that the counters registered beside it are still scraped.
+// error, so that the counters registered beside it are still scraped. A
+// topic of an earlier scrape whose jobs are all gone reports zeros.
 // Concurrent scrapes read Redis once each. The collector is safe for
 // concurrent use; register it in one process per queue (see the package
 // doc), and once per registry: the gauges of two queues need two Metrics
@@ -43,6 +45,9 @@ type gauges struct {
 	q                              Overviewer
 	opts                           *Options
 	jobs, oldest, paused, up, took *prometheus.Desc
+
+	mu   sync.Mutex
+	seen map[string]bool // topics of earlier scrapes: they report zeros, not nothing, once their jobs are gone
 }
 
 // Describe sends the gauges' descriptors.
@@ -66,6 +71,25 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(g.up, prometheus.GaugeValue, 1)
+	if ov.Topics == nil {
+		ov.Topics = map[string]delayqueue.Counts{}
+	}
+	g.mu.Lock()
+	if g.seen == nil {
+		g.seen = map[string]bool{}
+	}
+	for topic := range ov.Topics {
+		g.seen[topic] = true
+	}
+	for _, topic := range ov.Paused {
+		g.seen[topic] = true
+	}
+	for topic := range g.seen {
+		if _, ok := ov.Topics[topic]; !ok {
+			ov.Topics[topic] = delayqueue.Counts{}
+		}
+	}
+	g.mu.Unlock()
 	for topic, c := range ov.Topics {
 		for _, s := range []struct {
 			state string
@@ -79,10 +103,5 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(g.paused, prometheus.GaugeValue, paused, topic)
-	}
-	for _, topic := range ov.Paused {
-		if _, ok := ov.Topics[topic]; !ok { // paused, and no job counted
-			ch <- prometheus.MustNewConstMetric(g.paused, prometheus.GaugeValue, 1, topic)
-		}
 	}
 }

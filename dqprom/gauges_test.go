@@ -8,6 +8,7 @@ import (
 
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dqprom"
+	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -49,7 +50,7 @@ func TestGaugesReportEachTopicByStateAndThePausedOnes(t *testing.T) {
 		{"delayqueue_jobs", []string{"topic", "mail", "state", "reserved"}, 1},
 		{"delayqueue_jobs", []string{"topic", "mail", "state", "dead"}, 4},
 		{"delayqueue_jobs", []string{"topic", "sms", "state", "ready"}, 0},
-		{"delayqueue_jobs", []string{"topic", "idle", "state", "ready"}, -1},
+		{"delayqueue_jobs", []string{"topic", "idle", "state", "ready"}, 0},
 		{"delayqueue_oldest_ready_seconds", []string{"topic", "mail"}, 1.5},
 		{"delayqueue_oldest_ready_seconds", []string{"topic", "sms"}, 0},
 		{"delayqueue_paused", []string{"topic", "mail"}, 0},
@@ -58,7 +59,18 @@ func TestGaugesReportEachTopicByStateAndThePausedOnes(t *testing.T) {
 		{"delayqueue_up", nil, 1},
 	}, "queue", "orders")
 	assert.GreaterOrEqual(t, value(t, got, "delayqueue_overview_duration_seconds"), 0.0)
-	assert.Len(t, got["delayqueue_jobs"].GetMetric(), 8, "two topics, four states")
+	assert.Len(t, got["delayqueue_jobs"].GetMetric(), 12, "three topics, four states")
+
+	// The jobs of mail are all gone, and nothing is paused any more: the
+	// topics of the scrape before report zeros, not nothing.
+	q.ov = delayqueue.Overview{Topics: map[string]delayqueue.Counts{}}
+	got = scrape(t, reg)
+	assertFigures(t, got, []figure{
+		{"delayqueue_jobs", []string{"topic", "mail", "state", "delayed"}, 0},
+		{"delayqueue_jobs", []string{"topic", "idle", "state", "dead"}, 0},
+		{"delayqueue_oldest_ready_seconds", []string{"topic", "mail"}, 0},
+		{"delayqueue_paused", []string{"topic", "sms"}, 0},
+	}, "queue", "orders")
 }
 
 // TestGaugesOfAnUnreachableQueueSayDownAndTheScrapeGoesOn: a failed read
@@ -89,7 +101,7 @@ func TestGaugesGiveUpAtTheScrapeTimeout(t *testing.T) {
 // TestGaugesReadARealQueue reads the gauges of a queue in Redis, through
 // delayqueue's own Overview.
 func TestGaugesReadARealQueue(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, client redis.UniversalClient) {
+	redistest.ForEach(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		q, err := delayqueue.New(client, delayqueue.WithName(queueName()), delayqueue.WithLogger(discard))
 		require.NoError(t, err)

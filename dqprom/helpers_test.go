@@ -10,31 +10,16 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
-
-// forEachBackend runs f against miniredis and a real redis-server.
-func forEachBackend(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { _ = c.Close() })
-		f(t, c)
-	})
-	t.Run("redis", func(t *testing.T) {
-		f(t, redistest.Shared(t).Client(t))
-	})
-}
 
 var nameSeq atomic.Int64
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -145,6 +146,20 @@ func Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// ForEach runs f against an embedded miniredis and the shared real
+// redis-server, each as a subtest.
+func ForEach(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		f(t, c)
+	})
+	t.Run("redis", func(t *testing.T) {
+		f(t, Shared(t).Client(t))
+	})
 }
 
 // StopShared stops the servers started by Shared and SharedCluster, if any.
