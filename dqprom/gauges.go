@@ -21,7 +21,8 @@ type Overviewer interface {
 // package doc for the metrics). A scrape that cannot read Redis still
 // succeeds: it reports delayqueue_up 0 and no other gauge, and logs the
 // error, so that the counters registered beside it are still scraped. A
-// topic of an earlier scrape whose jobs are all gone reports zeros.
+// topic with no jobs reports zeros when an earlier scrape or an event of
+// m's saw it.
 // Concurrent scrapes read Redis once each. The collector is safe for
 // concurrent use; register it in one process per queue (see the package
 // doc), and once per registry: the gauges of two queues need two Metrics
@@ -31,7 +32,7 @@ func (m *Metrics) Gauges(q Overviewer) prometheus.Collector {
 		return prometheus.NewDesc(name, help, labels, m.constLabels())
 	}
 	return &gauges{
-		q: q, opts: &m.opts,
+		q: q, opts: &m.opts, events: m,
 		jobs:   desc("delayqueue_jobs", "Jobs in the queue by topic and state (delayed, ready, reserved, dead).", "topic", "state"),
 		oldest: desc("delayqueue_oldest_ready_seconds", "How long the topic's oldest ready job has waited since it was due; 0 when none is ready.", "topic"),
 		paused: desc("delayqueue_paused", "1 while the topic is paused, else 0.", "topic"),
@@ -45,6 +46,8 @@ type gauges struct {
 	q                              Overviewer
 	opts                           *Options
 	jobs, oldest, paused, up, took *prometheus.Desc
+
+	events *Metrics // its topics report zeros too
 
 	mu   sync.Mutex
 	seen map[string]bool // topics of earlier scrapes: they report zeros, not nothing, once their jobs are gone
@@ -82,6 +85,9 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		g.seen[topic] = true
 	}
 	for _, topic := range ov.Paused {
+		g.seen[topic] = true
+	}
+	for topic := range *g.events.topics.Load() {
 		g.seen[topic] = true
 	}
 	for topic := range g.seen {

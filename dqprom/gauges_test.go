@@ -73,6 +73,20 @@ func TestGaugesReportEachTopicByStateAndThePausedOnes(t *testing.T) {
 	}, "queue", "orders")
 }
 
+// TestGaugesCoverTheTopicsOfEvents: a topic this process pushed to reads
+// zero at the first scrape after its jobs are gone, not nothing.
+func TestGaugesCoverTheTopicsOfEvents(t *testing.T) {
+	m := dqprom.New(dqprom.Options{})
+	m.Observe(context.Background(), delayqueue.Event{Kind: delayqueue.EventFinished, Topic: "done"})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m, m.Gauges(&fakeQueue{ov: delayqueue.Overview{}}))
+	assertFigures(t, scrape(t, reg), []figure{
+		{"delayqueue_jobs", []string{"topic", "done", "state", "ready"}, 0},
+		{"delayqueue_oldest_ready_seconds", []string{"topic", "done"}, 0},
+		{"delayqueue_paused", []string{"topic", "done"}, 0},
+	})
+}
+
 // TestGaugesOfAnUnreachableQueueSayDownAndTheScrapeGoesOn: a failed read
 // is delayqueue_up 0, and the counters beside it are still scraped.
 func TestGaugesOfAnUnreachableQueueSayDownAndTheScrapeGoesOn(t *testing.T) {
