@@ -374,7 +374,7 @@ func decodeCursor(s, topic string, state State, buckets int) (listCursor, error)
 		return c, nil
 	}
 	bad := fmt.Errorf("%w: %.40q is not a cursor of %s jobs of %q", ErrInvalidCursor, s, state, topic)
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) < 2 || b[0] != cursorVersion || State(b[1]) != state {
 		return c, bad
 	}

@@ -272,3 +272,27 @@ func TestListRefusesBadInput(t *testing.T) {
 	_, err = other.List(ctx, "t", StateDelayed, ListOptions{Cursor: delayed.Next})
 	assert.ErrorIs(t, err, ErrInvalidCursor, "a cursor of a queue of other buckets")
 }
+
+// FuzzCursorsAreReadSafely: any string given as a cursor is refused with
+// ErrInvalidCursor, or read as a position that reads the same once encoded
+// again.
+func FuzzCursorsAreReadSafely(f *testing.F) {
+	for _, state := range []State{StateDelayed, StateReady, StateDead} {
+		c := listCursor{topic: "t", state: state, buckets: 3, lists: make([]listPos, 3)}
+		f.Add(c.encode(), uint8(state))
+		c.at = &scorePos{1_700_000_000_000, "~ab"}
+		c.lists[1] = listPos{41, "job-7"}
+		f.Add(c.encode(), uint8(state))
+	}
+	f.Fuzz(func(t *testing.T, s string, state uint8) {
+		st := State(state%4 + 1)
+		c, err := decodeCursor(s, "t", st, 3)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidCursor)
+			return
+		}
+		again, err := decodeCursor(c.encode(), "t", st, 3)
+		require.NoError(t, err)
+		require.Equal(t, c, again)
+	})
+}
