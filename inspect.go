@@ -24,7 +24,9 @@ type Counts struct {
 	// OldestReady is how long the oldest ready job has waited since it was
 	// due (or made ready by a retry, release or requeue), on the Redis
 	// server's clock: how far behind the topic's consumers are. Zero when
-	// no job is ready.
+	// no job is ready, and when the first 1,000 entries of a bucket's ready
+	// list are all IDs left by jobs removed or rescheduled (a consumer
+	// drops them as it meets them).
 	OldestReady time.Duration
 }
 
@@ -56,7 +58,7 @@ type Overview struct {
 }
 
 // Overview reads the figures of every topic: one script call per bucket,
-// each O(topics) (and reading at most 100 entries of each topic's ready
+// each O(topics) (and reading at most 1,000 entries of each topic's ready
 // list to find its oldest job), in one pipeline.
 func (q *DelayQueue) Overview(ctx context.Context) (Overview, error) {
 	if q.closed.Load() {
@@ -87,7 +89,7 @@ func (q *DelayQueue) Overview(ctx context.Context) (Overview, error) {
 }
 
 // Counts reads the figures of one topic: one script call per bucket, O(1)
-// each (and reading at most 100 entries of the topic's ready list), in one
+// each (and reading at most 1,000 entries of the topic's ready list), in one
 // pipeline. It returns ErrInvalidTopic for a bad topic.
 func (q *DelayQueue) Counts(ctx context.Context, topic string) (Counts, error) {
 	if err := q.checkTopic(topic); err != nil {
@@ -166,8 +168,8 @@ func readSummary(cmd *redis.Cmd) (map[string]Counts, int, error) {
 		if err != nil || !ok {
 			return fmt.Errorf("count %q: %v", field, v)
 		}
-		if n == 0 {
-			return nil // kept until the bucket handler drops it (job.lua)
+		if n == 0 || state == "0" {
+			return nil // kept until the bucket handler drops it; entries trimmed (job.lua)
 		}
 		c := per[topic]
 		switch state {

@@ -272,6 +272,19 @@ func TestOldestReadySkipsJobsNoLongerReady(t *testing.T) {
 	c, err = q.Counts(ctx, "t")
 	require.NoError(t, err)
 	assert.Equal(t, Counts{Ready: 1, OldestReady: time.Hour}, c)
+
+	// Many removed at the head, as when no consumer runs to drop them.
+	var ids []string
+	for range 300 {
+		ids = append(ids, pushed(t, q, &Job{Topic: "u"}))
+	}
+	m.SetTime(start.Add(3 * time.Hour))
+	for _, id := range ids[:250] {
+		require.NoError(t, q.Remove(ctx, id))
+	}
+	c, err = q.Counts(ctx, "u")
+	require.NoError(t, err)
+	assert.Equal(t, Counts{Ready: 50, OldestReady: time.Hour}, c)
 }
 
 func TestInspectionOnRedisErrors(t *testing.T) {

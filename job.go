@@ -63,7 +63,9 @@ type Job struct {
 	// and DeadJobs return them; retries, moves and requeues keep them;
 	// Upsert replaces them with its job's. Opaque to the queue, as Body
 	// is: at most 64 of them, keys not empty, keys and values adding up to
-	// at most 60 KiB (Push refuses more with ErrInvalidJob). A job without
+	// at most 60 KiB (Push refuses more with ErrInvalidJob), counting what
+	// push middleware adds: dqotel adds one, "traceparent" (66 bytes with
+	// its key), and a "tracestate" when the trace has one. A job without
 	// headers (nil or empty) is stored without a byte for them, and comes
 	// back with nil.
 	Headers map[string]string

@@ -25,7 +25,8 @@ import (
 // bucket the jobs after it, and returns only those before the point where
 // the first bucket stopped looking, so that none is passed over.
 // Ready jobs wait in their topic's ready lists, in arrival order, with no
-// score: the cursor keeps a position in each bucket's list, and a round
+// score: the cursor keeps a place in each bucket's list (an index that
+// entries leaving the head do not shift, job.lua's trimmed), and a round
 // merges the buckets' jobs by due time.
 
 const (
@@ -69,13 +70,11 @@ type JobPage struct {
 // cursor stays good while jobs move: every job that stays in the state
 // from the first page to the last is listed exactly once (a job whose due
 // time or deadline changes meanwhile, or that leaves the state and comes
-// back, may be listed twice or not at all). Finding the place in a ready
-// list again after consumers took jobs from it costs Redis O(position), as
-// reading a list at that position does.
+// back, may be listed twice or not at all).
 //
 // It returns ErrInvalidTopic, ErrInvalidState, ErrInvalidLimit, or
-// ErrInvalidCursor for a cursor that List did not give for the same topic
-// and state.
+// ErrInvalidCursor for a cursor that List did not give for the same queue,
+// topic and state.
 func (q *DelayQueue) List(ctx context.Context, topic string, state State, opts ListOptions) (JobPage, error) {
 	if err := q.checkTopic(topic); err != nil {
 		return JobPage{}, err
@@ -90,7 +89,7 @@ func (q *DelayQueue) List(ctx context.Context, topic string, state State, opts L
 	if limit < 1 || limit > maxListLimit {
 		return JobPage{}, fmt.Errorf("%w: %d; a page holds 1 to %d jobs", ErrInvalidLimit, opts.Limit, maxListLimit)
 	}
-	cur, err := decodeCursor(opts.Cursor, topic, state, q.opts.buckets)
+	cur, err := decodeCursor(opts.Cursor, q.opts.name, topic, state, q.opts.buckets)
 	if err != nil {
 		return JobPage{}, err
 	}
@@ -102,11 +101,11 @@ func (q *DelayQueue) List(ctx context.Context, topic string, state State, opts L
 
 // A listCursor is where a listing goes on (in one of its two forms).
 type listCursor struct {
-	topic   string
-	state   State
-	buckets int
-	at      *scorePos // delayed, reserved, dead: nil at the start
-	lists   []listPos // ready: one per bucket
+	queue, topic string
+	state        State
+	buckets      int
+	at           *scorePos // delayed, reserved, dead: nil at the start
+	lists        []int64   // ready: per bucket, the place of the last entry taken; -1 at the start
 }
 
 // scorePos is a position in the order of a zset: score, then member.
@@ -120,13 +119,6 @@ func (a scorePos) compare(b scorePos) int {
 		return c
 	}
 	return strings.Compare(a.member, b.member) // as Redis orders a score's members
-}
-
-// listPos is a position in a ready list: the ID at an index when last
-// seen; an empty ID is the head.
-type listPos struct {
-	index int64
-	id    string
 }
 
 // listed is a job one round found, at its position in what it walked.
@@ -208,8 +200,8 @@ func (q *DelayQueue) listReady(ctx context.Context, topic string, cur listCursor
 	for range listRounds {
 		need := limit - len(page.Jobs)
 		steps, err := q.listRound(ctx, topic, StateReady, need, func(b int) (string, string) {
-			if p := cur.lists[b]; p.id != "" {
-				return strconv.FormatInt(p.index, 10), p.id
+			if p := cur.lists[b]; p >= 0 {
+				return strconv.FormatInt(p, 10), ""
 			}
 			return "", ""
 		})
@@ -240,12 +232,11 @@ func (q *DelayQueue) listReady(ctx context.Context, topic string, cur listCursor
 		for b, s := range steps {
 			switch {
 			case heads[b] == len(s.found) && s.last.job != nil:
-				cur.lists[b] = listPos{s.last.pos, s.last.job.ID}
+				cur.lists[b] = s.last.pos
 			case heads[b] < len(s.found):
 				allTaken = false
 				if heads[b] > 0 {
-					l := s.found[heads[b]-1]
-					cur.lists[b] = listPos{l.pos, l.job.ID}
+					cur.lists[b] = s.found[heads[b]-1].pos
 				}
 			}
 			allDone = allDone && s.done
@@ -275,7 +266,7 @@ func (q *DelayQueue) listRound(ctx context.Context, topic string, state State, n
 			key = bk.dead(topic)
 		}
 		pos, member := after(b)
-		calls[b] = &scriptCall{script: scriptList, bucket: b, keys: []string{key, bk.pool},
+		calls[b] = &scriptCall{script: scriptList, bucket: b, keys: []string{key, bk.pool, bk.counts},
 			args: []any{kind, topic, int(state), need, listScan, pos, member}}
 	}
 	q.sendCalls(ctx, calls)
@@ -333,17 +324,16 @@ func readListStep(c *scriptCall) (listStep, error) {
 }
 
 // A cursor (JobPage.Next) is, in base64 (URL alphabet, no padding): a
-// version byte, the state, the bucket count (uvarint) and a CRC-32 of the
-// topic, which let List refuse a cursor of another listing, then the
-// position: for a zset, the score (varint) and member; for ready lists,
-// per bucket the index (uvarint, plus one; 0 for the head) and ID
-// (uvarint length, then its bytes).
-const cursorVersion = 1
+// version byte, the state, the bucket count (uvarint), the position, and a
+// CRC-32 of all that with the queue's name and the topic, which lets List
+// refuse a cursor of another listing, or one cut short. The position is,
+// for a zset, the score (varint) and member; for ready lists, per bucket
+// the place (uvarint, plus one; 0 for the head).
+const cursorVersion = 2
 
 func (c listCursor) encode() string {
 	b := []byte{cursorVersion, byte(c.state)}
 	b = binary.AppendUvarint(b, uint64(c.buckets))
-	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE([]byte(c.topic)))
 	if c.state != StateReady {
 		if c.at != nil {
 			b = binary.AppendVarint(b, c.at.score)
@@ -351,40 +341,52 @@ func (c listCursor) encode() string {
 		}
 	} else {
 		for _, p := range c.lists {
-			if p.id == "" {
-				b = append(b, 0)
-				continue
-			}
-			b = binary.AppendUvarint(b, uint64(p.index)+1)
-			b = binary.AppendUvarint(b, uint64(len(p.id)))
-			b = append(b, p.id...)
+			b = binary.AppendUvarint(b, uint64(p+1))
 		}
 	}
+	b = binary.BigEndian.AppendUint32(b, c.sum(b))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodeCursor reads a cursor of a listing of topic's jobs in state in a
-// queue of buckets buckets; "" is the start.
-func decodeCursor(s, topic string, state State, buckets int) (listCursor, error) {
-	c := listCursor{topic: topic, state: state, buckets: buckets}
+// sum is the checksum of a cursor's bytes b, for c's queue and topic.
+func (c listCursor) sum(b []byte) uint32 {
+	h := crc32.NewIEEE()
+	_, _ = h.Write(b)
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(c.queue))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(c.topic))
+	return h.Sum32()
+}
+
+// decodeCursor reads a cursor of a listing of topic's jobs in state in the
+// queue named queue, of buckets buckets; "" is the start.
+func decodeCursor(s, queue, topic string, state State, buckets int) (listCursor, error) {
+	c := listCursor{queue: queue, topic: topic, state: state, buckets: buckets}
 	if state == StateReady {
-		c.lists = make([]listPos, buckets)
+		c.lists = make([]int64, buckets)
+		for i := range c.lists {
+			c.lists[i] = -1
+		}
 	}
 	if s == "" {
 		return c, nil
 	}
 	bad := fmt.Errorf("%w: %.40q is not a cursor of %s jobs of %q", ErrInvalidCursor, s, state, topic)
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) < 2 || b[0] != cursorVersion || State(b[1]) != state {
+	if err != nil || len(b) < 7 || binary.BigEndian.Uint32(b[len(b)-4:]) != c.sum(b[:len(b)-4]) {
+		return c, bad
+	}
+	b = b[:len(b)-4]
+	if b[0] != cursorVersion || State(b[1]) != state {
 		return c, bad
 	}
 	b = b[2:]
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n != uint64(buckets) || len(b) < k+4 ||
-		binary.BigEndian.Uint32(b[k:]) != crc32.ChecksumIEEE([]byte(topic)) {
+	if k <= 0 || n != uint64(buckets) {
 		return c, bad
 	}
-	b = b[k+4:]
+	b = b[k:]
 	if state != StateReady {
 		if len(b) == 0 {
 			return c, nil
@@ -397,23 +399,12 @@ func decodeCursor(s, topic string, state State, buckets int) (listCursor, error)
 		return c, nil
 	}
 	for i := range c.lists {
-		index, k := binary.Uvarint(b)
-		if k <= 0 {
+		place, k := binary.Uvarint(b)
+		if k <= 0 || place > 1<<62 {
 			return c, bad
 		}
+		c.lists[i] = int64(place) - 1
 		b = b[k:]
-		if index == 0 {
-			continue
-		}
-		n, k := binary.Uvarint(b)
-		if k <= 0 || n > uint64(len(b)-k) || index > 1<<62 {
-			return c, bad
-		}
-		c.lists[i] = listPos{int64(index - 1), string(b[k : k+int(n)])}
-		if validateID(c.lists[i].id) != nil {
-			return c, bad
-		}
-		b = b[k+int(n):]
 	}
 	if len(b) != 0 {
 		return c, bad

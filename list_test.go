@@ -263,7 +263,8 @@ func TestListRefusesBadInput(t *testing.T) {
 		"another topic":   {"u", StateDelayed, delayed.Next},
 		"another state":   {"t", StateReserved, delayed.Next},
 		"ready elsewhere": {"t", StateDelayed, ready.Next},
-		"cut short":       {"t", StateReady, ready.Next[:len(ready.Next)-2]},
+		"cut short":       {"t", StateReady, ready.Next[:len(ready.Next)-1]},
+		"cut shorter":     {"t", StateDelayed, delayed.Next[:len(delayed.Next)-3]},
 	} {
 		_, err = q.List(ctx, c.topic, c.state, ListOptions{Cursor: c.cursor})
 		assert.ErrorIs(t, err, ErrInvalidCursor, name)
@@ -271,6 +272,65 @@ func TestListRefusesBadInput(t *testing.T) {
 	other := newQueue(t, q.client, WithBuckets(3))
 	_, err = other.List(ctx, "t", StateDelayed, ListOptions{Cursor: delayed.Next})
 	assert.ErrorIs(t, err, ErrInvalidCursor, "a cursor of a queue of other buckets")
+	twin := newQueue(t, q.client, WithBuckets(q.opts.buckets))
+	_, err = twin.List(ctx, "t", StateDelayed, ListOptions{Cursor: delayed.Next})
+	assert.ErrorIs(t, err, ErrInvalidCursor, "a cursor of another queue")
+}
+
+// TestListReadyHoldsWhenTheCursorsJobComesBack: the job a ready listing
+// stopped at is taken, and comes back to the tail of the same list (a
+// release, a short retry, a reservation run out); the jobs that stayed in
+// between are still listed.
+func TestListReadyHoldsWhenTheCursorsJobComesBack(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		var ids []string
+		for range 5 {
+			ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+		}
+		p, err := q.List(ctx, "t", StateReady, ListOptions{Limit: 3})
+		require.NoError(t, err)
+		require.Len(t, p.Jobs, 3)
+		early := p.Next
+		var held []*Job
+		for range 3 {
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			held = append(held, job)
+		}
+		require.NoError(t, q.Finish(ctx, held[0].ID))
+		require.NoError(t, q.Finish(ctx, held[1].ID))
+		require.NoError(t, q.Release(ctx, held[2])) // the cursor's job, back at the tail
+		var rest []string
+		for cursor := p.Next; cursor != ""; {
+			p, err = q.List(ctx, "t", StateReady, ListOptions{Cursor: cursor, Limit: 3})
+			require.NoError(t, err)
+			for _, job := range p.Jobs {
+				rest = append(rest, job.ID)
+			}
+			cursor = p.Next
+		}
+		assert.Equal(t, []string{ids[3], ids[4], ids[2]}, rest, "the two that stayed, then the one that came back")
+
+		// The list empties, and its bucket handler lets its places start
+		// over: a cursor from before lists what came since.
+		for range 3 {
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			require.NoError(t, q.Finish(ctx, job.ID))
+		}
+		_, err = q.moveDue(ctx, 0, "token", 0, true)
+		require.NoError(t, err)
+		fresh := []string{pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"})}
+		p, err = q.List(ctx, "t", StateReady, ListOptions{Cursor: early})
+		require.NoError(t, err)
+		got := []string{}
+		for _, job := range p.Jobs {
+			got = append(got, job.ID)
+		}
+		assert.Equal(t, fresh, got)
+	})
 }
 
 // FuzzCursorsAreReadSafely: any string given as a cursor is refused with
@@ -278,20 +338,20 @@ func TestListRefusesBadInput(t *testing.T) {
 // again.
 func FuzzCursorsAreReadSafely(f *testing.F) {
 	for _, state := range []State{StateDelayed, StateReady, StateDead} {
-		c := listCursor{topic: "t", state: state, buckets: 3, lists: make([]listPos, 3)}
+		c := listCursor{queue: "q", topic: "t", state: state, buckets: 3, lists: []int64{-1, -1, -1}}
 		f.Add(c.encode(), uint8(state))
 		c.at = &scorePos{1_700_000_000_000, "~ab"}
-		c.lists[1] = listPos{41, "job-7"}
+		c.lists[1] = 41
 		f.Add(c.encode(), uint8(state))
 	}
 	f.Fuzz(func(t *testing.T, s string, state uint8) {
 		st := State(state%4 + 1)
-		c, err := decodeCursor(s, "t", st, 3)
+		c, err := decodeCursor(s, "q", "t", st, 3)
 		if err != nil {
 			require.ErrorIs(t, err, ErrInvalidCursor)
 			return
 		}
-		again, err := decodeCursor(c.encode(), "t", st, 3)
+		again, err := decodeCursor(c.encode(), "q", "t", st, 3)
 		require.NoError(t, err)
 		require.Equal(t, c, again)
 	})

@@ -154,12 +154,28 @@ local function tally(counts, state, topic, n)
   end
 end
 
--- drop_zeros deletes the counts that are 0.
-local function drop_zeros(counts)
+-- A ready list loses entries only from its head, when a reserve call
+-- trims what it took or dropped. Its bucket's counts hash also counts
+-- them, under "0:<topic>", so that an entry's index plus that count is
+-- its place in the list for good: a listing resumes there however many
+-- entries left the head meanwhile, or came back to the tail (list.lua).
+-- Once the list is empty, the count can start over (drop_zeros): no job
+-- stayed in the list since, for a listing to owe it.
+
+-- trimmed counts n entries trimmed from the head of topic's ready list.
+local function trimmed(counts, topic, n)
+  redis.call('HINCRBY', counts, '0:' .. topic, n)
+end
+
+-- drop_zeros deletes the counts that are 0, and the trimmed count of
+-- every topic whose ready list (under ready_prefix) is empty.
+local function drop_zeros(counts, ready_prefix)
   local flat, zeros = redis.call('HGETALL', counts), {}
   for i = 2, #flat, 2 do
-    if tonumber(flat[i]) == 0 then
-      zeros[#zeros + 1] = flat[i - 1]
+    local field = flat[i - 1]
+    if tonumber(flat[i]) == 0 or (sub(field, 1, 2) == '0:' and
+        redis.call('EXISTS', ready_prefix .. sub(field, 3)) == 0) then
+      zeros[#zeros + 1] = field
     end
   end
   if #zeros > 0 then

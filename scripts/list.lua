@@ -2,21 +2,21 @@
 -- in one bucket (inspect.go).
 -- KEYS[1] what to walk: the bucket zset (delayed and reserved jobs of every
 -- topic), or the topic's dead-letter zset or ready list  KEYS[2] pool hash
+-- KEYS[3] the bucket's counts hash
 -- ARGV[1] "z" to walk a zset, "l" a list  ARGV[2] topic  ARGV[3] state
 -- ARGV[4] how many jobs to return at most  ARGV[5] how many entries to look at
 -- at most  ARGV[6], ARGV[7] the entry after which the walk resumes ("", ""
--- from the start): in a zset its score and member, in a list its index
--- when last seen and the ID there
+-- from the start): in a zset its score and member; in a list its place
+-- for good (see job.lua's trimmed) and ""
 -- returns {done, pos, member, id, pos, job, id, pos, job, ...}: the jobs of
 -- the topic in the state among the entries looked at, in order, each with
--- its position (score, or index in the list), after where the walk got to:
+-- its position (score, or place in the list), after where the walk got to:
 -- the last entry looked at, or the last job returned when ARGV[4] were
 -- found ("" when none was looked at). done is 1 when the walk reached the end.
 -- Read only. A zset resumes by score and member, so that entries leaving
 -- or joining it between steps move nothing under the walk; a list resumes
--- after the ID where it left it: entries leave a ready list only from its
--- head and join only at its tail, so when the ID is gone, so is every entry
--- before it. Finding it again costs O(index) (LPOS), as LRANGE there does.
+-- after its place, which no entry leaving the head or joining the tail
+-- changes.
 
 local key, pool, kind, topic = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local state, limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -56,20 +56,7 @@ local function zstart()
   return lo
 end
 
--- lstart returns the index after the ID after in the list.
-local function lstart()
-  local index = tonumber(after_pos)
-  if redis.call('LINDEX', key, index) == after then
-    return index + 1
-  end
-  local pos = redis.call('LPOS', key, after, 'MAXLEN', index + 1)
-  if pos then
-    return pos + 1
-  end
-  return 0
-end
-
-local first, ids, positions = 0, {}, {}
+local first, ids, positions, total = 0, {}, {}, 0
 if kind == 'z' then
   if after ~= '' then
     first = zstart()
@@ -79,18 +66,24 @@ if kind == 'z' then
     ids[#ids + 1] = entries[i]
     positions[#positions + 1] = string.format('%d', tonumber(entries[i + 1]))
   end
+  total = redis.call('ZCARD', key)
 else
-  if after ~= '' then
-    first = lstart()
+  local gone = tonumber(redis.call('HGET', KEYS[3], '0:' .. topic) or '0')
+  total = redis.call('LLEN', key)
+  if after_pos ~= '' then
+    first = math.max(0, tonumber(after_pos) + 1 - gone)
+    if first > total then
+      first = 0 -- past the end: the list emptied and its count started over
+    end
   end
   ids = redis.call('LRANGE', key, first, first + budget - 1)
   for i = 1, #ids do
-    positions[i] = first + i - 1
+    positions[i] = gone + first + i - 1
   end
 end
 
 local out = {0, '', ''}
-if #ids < budget then
+if first + #ids >= total then
   out[1] = 1
 end
 if #ids == 0 then

@@ -7,7 +7,7 @@
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
 -- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
 -- number for this call  ARGV[7] 1 to delete (up to 1,000) tombstones whose
--- dedup window ended, and the counts that are 0 (job.lua), else 0
+-- dedup window ended, and the counts that are 0 or start over (job.lua), else 0
 -- returns {moved, next_due_in_us or -1, mark, topic, count, topic, count, ...}
 -- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
 -- another token holds the lease.
@@ -40,7 +40,7 @@ local now_ms = math.floor(now / 1000)
 local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
 if trim == '1' then
   trim_buried(KEYS[7], now_ms)
-  drop_zeros(KEYS[8])
+  drop_zeros(KEYS[8], ready_prefix)
 end
 -- A job's score is when it was due (or its reservation ran out): a ready
 -- job's at_ms keeps it, so that its delivery's lateness can be told.

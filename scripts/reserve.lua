@@ -95,6 +95,7 @@ if #found == 0 then
   end
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
+    trimmed(KEYS[6], topic, taken)
   end
   return {status}
 end
@@ -125,6 +126,7 @@ end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
 redis.call('LTRIM', ready, taken, -1)
+trimmed(KEYS[6], topic, taken)
 tally(KEYS[6], READY, topic, -#found)
 tally(KEYS[6], RESERVED, topic, #found)
 wake_if_first(bucket, pub, wake, first, now)

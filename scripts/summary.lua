@@ -7,17 +7,19 @@
 -- "<state>:<topic>" (see job.lua); a topic's oldest ready job is the first
 -- of its ready list still ready, whose at_ms is when it became due.
 -- Read only, and bounded: O(topics of the bucket), each looking at no more
--- than 100 entries of its ready list for a job still ready.
+-- than 1,000 entries of its ready list for a job still ready.
 
 local counts, pool, dead_topics, ready_prefix, dead_prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local only = ARGV[1]
 
 -- oldest returns the at_ms of the first job of topic's ready list that is
--- still ready, or nil when none is among the first 100 entries.
+-- still ready, or nil when none is among the first 1,000 entries: those
+-- of jobs removed or rescheduled wait at the head until a consumer drops
+-- them.
 local function oldest(topic)
   local ready = ready_prefix .. topic
-  for from = 0, 90, 10 do
-    local ids = redis.call('LRANGE', ready, from, from + 9)
+  for from = 0, 900, 100 do
+    local ids = redis.call('LRANGE', ready, from, from + 99)
     if #ids == 0 then
       return nil
     end
