@@ -1,0 +1,131 @@
+package dashboard_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/dashboard"
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBrowser drives a headless Chromium against a dashboard on a real
+// Redis: it reads the overview's counts, opens a job whose body is a
+// script and checks that it shows as text and runs nothing, and clicks
+// requeue and pause. With DQ_SCREENSHOTS=dir it saves the pages it sees
+// there (the README's come from it).
+func TestBrowser(t *testing.T) {
+	if os.Getenv("DQ_BROWSER") != "1" {
+		t.Skip("set DQ_BROWSER=1 to drive headless Chromium against the dashboard (.ci/run does)")
+	}
+	bin := os.Getenv("DQ_CHROMIUM")
+	if bin == "" {
+		var err error
+		bin, err = exec.LookPath("chromium")
+		require.NoError(t, err, "DQ_BROWSER=1 needs chromium on PATH (apt-get install chromium) or DQ_CHROMIUM")
+	}
+	q := newQueue(t, redistest.Shared(t).Client(t))
+	ids := seed(t, q)
+	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "/admin/queue")
+	base := s.srv.URL + "/admin/queue"
+
+	// A fresh profile; Chromium's helpers may still write there when it
+	// exits, so it is removed at the very end, without t.TempDir's check.
+	profile, err := os.MkdirTemp("", "dq-chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(profile) })
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(1200, 900),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+	)
+	defer cancelAlloc()
+	// This chromedp (the last for go 1.22) predates some of Chromium's
+	// event fields: it says so for each, harmlessly.
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, a ...any) {
+		if !strings.HasPrefix(format, "could not unmarshal event") {
+			t.Logf(format, a...)
+		}
+	}))
+	defer cancel()
+	var dialogs atomic.Int32
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs.Add(1)
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(false)) }()
+		}
+	})
+	run := func(actions ...chromedp.Action) {
+		t.Helper()
+		require.NoError(t, chromedp.Run(ctx, actions...))
+	}
+	shot := func(name string) chromedp.Action {
+		dir := os.Getenv("DQ_SCREENSHOTS")
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			if dir == "" {
+				return nil
+			}
+			var png []byte
+			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644)
+		})
+	}
+
+	// The overview, shown twice so that its charts have two samples.
+	var ready, delayed, reserved, dead, pausedRow string
+	row := `tr[data-topic="mail"] `
+	run(chromedp.Navigate(base+"/"), chromedp.WaitVisible(row),
+		chromedp.Reload(), chromedp.WaitVisible(`svg.chart`),
+		chromedp.Text(row+`a[data-count="ready"]`, &ready),
+		chromedp.Text(row+`a[data-count="delayed"]`, &delayed),
+		chromedp.Text(row+`a[data-count="reserved"]`, &reserved),
+		chromedp.Text(row+`a[data-count="dead"]`, &dead),
+		chromedp.Text(`tr[data-topic="paused"]`, &pausedRow),
+		shot("overview"))
+	assert.Equal(t, []string{"3", "1", "1", "1"}, []string{ready, delayed, reserved, dead})
+	assert.Contains(t, pausedRow, "paused")
+
+	// The job whose body is a script: shown as text, run nowhere.
+	var text string
+	var scripts, images int
+	run(chromedp.Navigate(base+jobPath(ids.script)), chromedp.WaitVisible(`#body`),
+		chromedp.Text(`#body`, &text),
+		chromedp.Evaluate(`document.querySelectorAll("script").length`, &scripts),
+		chromedp.Evaluate(`document.querySelectorAll("img").length`, &images),
+		shot("job"))
+	assert.Equal(t, scriptTag+"\n"+imgTag, text)
+	assert.Equal(t, 1, scripts, "only the dashboard's own script")
+	assert.Zero(t, images)
+
+	// Requeue the dead job from its topic's dead letters.
+	run(chromedp.Navigate(base+topicPath("mail")+"?state=dead"), chromedp.WaitVisible(`tr[data-job]`),
+		shot("dead"),
+		chromedp.Click(`tr[data-job] button`), chromedp.WaitVisible(`.flash`))
+	assert.Equal(t, delayqueue.StateReady, state(t, q, ids.dead))
+
+	// Pause mail from the overview.
+	run(chromedp.Navigate(base+"/"), chromedp.WaitVisible(row+`button`),
+		chromedp.Click(row+`button`), chromedp.WaitVisible(`.flash`))
+	assert.True(t, slices.Contains(paused(t, q), "mail"))
+	assert.Zero(t, dialogs.Load(), "a dialog opened")
+}

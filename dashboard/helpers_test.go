@@ -1,0 +1,169 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+
+var nameSeq atomic.Int64
+
+// newQueue opens a queue of its own on c, closed when the test ends.
+func newQueue(t *testing.T, c redis.UniversalClient, opts ...delayqueue.Option) *delayqueue.DelayQueue {
+	t.Helper()
+	opts = append([]delayqueue.Option{delayqueue.WithName(fmt.Sprintf("dashboard-%d", nameSeq.Add(1))), delayqueue.WithLogger(discard)}, opts...)
+	q, err := delayqueue.New(c, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close(context.Background()) })
+	return q
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// The markup the escaping tests try to inject.
+const (
+	scriptTag = `<script>alert(1)</script>`
+	imgTag    = `"'><img src=x onerror=alert(1)>`
+)
+
+// seeded is the IDs of the jobs seed pushed, one per state.
+type seeded struct {
+	delayed, ready, reserved, dead, script, binary string
+}
+
+// seed pushes to topic "mail" a job in every state (the dead one with
+// LastError imgTag), a ready job whose body is scriptTag and headers hold
+// imgTag, and one with a binary body; and pauses topic "paused", which
+// holds one delayed job.
+func seed(t *testing.T, q *delayqueue.DelayQueue) seeded {
+	t.Helper()
+	ctx := context.Background()
+	push := func(j *delayqueue.Job) string {
+		id, err := q.Push(ctx, j)
+		require.NoError(t, err)
+		return id
+	}
+	var s seeded
+	s.dead = push(&delayqueue.Job{Topic: "mail", Body: []byte("will die"), MaxAttempts: 1})
+	job, err := q.Pop(ctx, "mail", 0)
+	require.NoError(t, err)
+	require.NoError(t, q.Retry(ctx, job, errors.New(imgTag)))
+	s.reserved = push(&delayqueue.Job{Topic: "mail", Body: []byte("in hand"), TTR: time.Hour})
+	_, err = q.Pop(ctx, "mail", 0)
+	require.NoError(t, err)
+	s.ready = push(&delayqueue.Job{Topic: "mail", Body: []byte("hello, world")})
+	s.script = push(&delayqueue.Job{Topic: "mail", Body: []byte(scriptTag + "\n" + imgTag), Headers: map[string]string{"x-evil": imgTag}})
+	s.binary = push(&delayqueue.Job{Topic: "mail", Body: []byte{0, 1, 2, 0xff, 'h', 'i'}})
+	s.delayed = push(&delayqueue.Job{Topic: "mail", Body: []byte("later"), Delay: time.Hour})
+	push(&delayqueue.Job{Topic: "paused", Body: []byte("held"), Delay: time.Hour})
+	require.NoError(t, q.Pause(ctx, "paused"))
+	return s
+}
+
+// site is a dashboard served under a prefix, and a browser-like client
+// that keeps cookies and does not follow redirects.
+type site struct {
+	t      *testing.T
+	srv    *httptest.Server
+	prefix string
+	client *http.Client
+}
+
+// serve mounts d under prefix ("" for the root) as a user would, with
+// http.StripPrefix on a ServeMux.
+func serve(t *testing.T, d http.Handler, prefix string) *site {
+	t.Helper()
+	mux := http.NewServeMux()
+	if prefix == "" {
+		mux.Handle("/", d)
+	} else {
+		mux.Handle(prefix+"/", http.StripPrefix(prefix, d))
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	t.Cleanup(client.CloseIdleConnections)
+	return &site{t: t, srv: srv, prefix: prefix, client: client}
+}
+
+// get fetches path (below the prefix) and returns the status and body.
+func (s *site) get(path string) (int, string) {
+	s.t.Helper()
+	resp, err := s.client.Get(s.srv.URL + s.prefix + path)
+	require.NoError(s.t, err)
+	return readAll(s.t, resp)
+}
+
+func readAll(t *testing.T, resp *http.Response) (int, string) {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// token reads the form token of a page below the prefix.
+func (s *site) token(page string) string {
+	s.t.Helper()
+	code, body := s.get(page)
+	require.Equal(s.t, http.StatusOK, code, body)
+	m := csrfInput.FindStringSubmatch(body)
+	require.NotNil(s.t, m, "no form token on %s", page)
+	return m[1]
+}
+
+// post sends an action as the dashboard's form does, with the headers
+// given (name, value, ...), and returns the response, its body read.
+func (s *site) post(action string, form url.Values, headers ...string) (*http.Response, string) {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.srv.URL+s.prefix+action, strings.NewReader(form.Encode()))
+	require.NoError(s.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := s.client.Do(req)
+	require.NoError(s.t, err)
+	_, body := readAll(s.t, resp)
+	return resp, body
+}
+
+// act posts an action with the token of page, coming back to it, checks
+// the redirect, and returns the page it leads to.
+func (s *site) act(page, action string) string {
+	s.t.Helper()
+	resp, body := s.post(action, url.Values{"csrf": {s.token(page)}, "back": {page}},
+		"Origin", s.srv.URL, "Sec-Fetch-Site", "same-origin")
+	require.Equal(s.t, http.StatusSeeOther, resp.StatusCode, body)
+	require.Equal(s.t, s.prefix+page, resp.Header.Get("Location"))
+	code, after := s.get(page)
+	require.Equal(s.t, http.StatusOK, code, after)
+	return after
+}
+
+// topicPath and jobPath are the pages' paths, escaped as the links are.
+func topicPath(topic string) string { return "/topics/" + url.PathEscape(topic) }
+func jobPath(id string) string      { return "/jobs/" + url.PathEscape(id) }

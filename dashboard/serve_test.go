@@ -1,0 +1,150 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"testing"
+
+	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/dashboard"
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPrefixes(t *testing.T) {
+	q := newQueue(t, redistest.Shared(t).Client(t))
+	ids := seed(t, q)
+	odd := "a/b?c#d%e/ü"
+	_, err := q.Push(context.Background(), &delayqueue.Job{Topic: odd, Body: []byte("odd")})
+	require.NoError(t, err)
+	d := dashboard.New(q, dashboard.Options{Logger: discard})
+	for _, prefix := range []string{"", "/admin/queue", "/ops/dq-1"} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			s := serve(t, d, prefix)
+			code, page := s.get("/")
+			require.Equal(t, http.StatusOK, code, page)
+			// Every link and form stays below the prefix, and each leads
+			// to a page.
+			links := regexp.MustCompile(`(?:href|action|src)="([^"]*)"`).FindAllStringSubmatch(page, -1)
+			require.NotEmpty(t, links)
+			for _, m := range links {
+				link := m[1]
+				require.Regexp(t, "^"+regexp.QuoteMeta(prefix)+"/", link)
+				if regexp.MustCompile(`/(pause|resume)$`).MatchString(link) {
+					continue
+				}
+				code, _ := s.get(link[len(prefix):])
+				assert.Equal(t, http.StatusOK, code, link)
+			}
+			assert.Contains(t, page, `href="`+prefix+`/topics/a%2Fb%3Fc%23d%25e%2F%C3%BC"`)
+			code, page = s.get(jobPath(ids.ready))
+			require.Equal(t, http.StatusOK, code, page)
+			assert.Contains(t, page, "hello, world")
+			s.act(topicPath(odd), topicPath(odd)+"/pause")
+			assert.Contains(t, paused(t, q), odd)
+			s.act(topicPath(odd), topicPath(odd)+"/resume")
+		})
+	}
+}
+
+func TestHeadersAndAssets(t *testing.T) {
+	q := newQueue(t, redistest.Shared(t).Client(t))
+	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "/dq")
+	for _, p := range []string{"/", "/static/dash.css", "/static/dash.js", "/nowhere"} {
+		resp, err := s.client.Get(s.srv.URL + "/dq" + p)
+		require.NoError(t, err)
+		code, _ := readAll(t, resp)
+		assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'self'", p)
+		assert.NotContains(t, resp.Header.Get("Content-Security-Policy"), "unsafe-inline", p)
+		assert.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), p)
+		assert.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"), p)
+		assert.Equal(t, "same-origin", resp.Header.Get("Referrer-Policy"), p)
+		if p == "/nowhere" {
+			assert.Equal(t, http.StatusNotFound, code)
+		} else {
+			assert.Equal(t, http.StatusOK, code, p)
+		}
+	}
+	resp, err := s.srv.Client().Get(s.srv.URL + "/dq/") // without the cookie
+	require.NoError(t, err)
+	_, _ = readAll(t, resp)
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "dq_dashboard_csrf" {
+			cookie = c
+		}
+	}
+	require.NotNil(t, cookie)
+	assert.True(t, cookie.HttpOnly)
+	assert.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
+	assert.Equal(t, "/dq/", cookie.Path)
+	code, _ := s.get("/static/../dashboard.go")
+	assert.NotEqual(t, http.StatusOK, code)
+}
+
+func TestErrorPages(t *testing.T) {
+	q := newQueue(t, redistest.Shared(t).Client(t))
+	ids := seed(t, q)
+	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "")
+	for p, want := range map[string]int{
+		jobPath("no-such-job"):                  http.StatusNotFound,
+		jobPath("a\x01b"):                       http.StatusBadRequest,
+		topicPath("a b"):                        http.StatusBadRequest,
+		topicPath("mail") + "?state=gone":       http.StatusBadRequest,
+		topicPath("mail") + "?cursor=AAAA":      http.StatusBadRequest,
+		topicPath("mail") + "/nothing":          http.StatusNotFound,
+		jobPath(ids.ready) + "/nothing":         http.StatusNotFound,
+		"/topics":                               http.StatusNotFound,
+		"/static/nothing.css":                   http.StatusNotFound,
+		topicPath("mail") + "?state=dead&x=<b>": http.StatusOK,
+	} {
+		code, page := s.get(p)
+		assert.Equal(t, want, code, p)
+		assert.Contains(t, page, "</html>", p)
+	}
+
+	// An error of Redis is a 500 page that says it, and is logged.
+	var logs bytes.Buffer
+	broken := failing{Queue: q, err: errors.New("connection refused")}
+	s = serve(t, dashboard.New(broken, dashboard.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), "")
+	for _, p := range []string{"/", topicPath("mail"), jobPath(ids.ready)} {
+		code, page := s.get(p)
+		assert.Equal(t, http.StatusInternalServerError, code, p)
+		assert.Contains(t, page, "connection refused", p)
+	}
+	assert.Contains(t, logs.String(), "connection refused")
+}
+
+// failing is a queue whose reads fail.
+type failing struct {
+	dashboard.Queue
+	err error
+}
+
+func (f failing) Overview(context.Context) (delayqueue.Overview, error) {
+	return delayqueue.Overview{}, f.err
+}
+
+func (f failing) Counts(context.Context, string) (delayqueue.Counts, error) {
+	return delayqueue.Counts{}, f.err
+}
+func (f failing) Get(context.Context, string) (*delayqueue.Job, error) { return nil, f.err }
+
+func TestCharts(t *testing.T) {
+	meter := dashboard.NewMeter()
+	q := newQueue(t, redistest.Shared(t).Client(t), delayqueue.WithObserver(meter))
+	seed(t, q)
+	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard, Meter: meter}), "")
+	_, page := s.get("/")
+	assert.NotContains(t, page, "<svg")
+	assert.Contains(t, page, "The charts fill in")
+	_, page = s.get("/")
+	assert.Equal(t, 3, bytes.Count([]byte(page), []byte(`<svg class="chart"`)))
+	assert.Contains(t, page, "Lateness")
+	assert.Contains(t, page, "Throughput")
+}
