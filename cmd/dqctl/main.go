@@ -31,11 +31,20 @@ const (
 )
 
 func main() {
+	// stderr is for dqctl's errors: go-redis's notes on what it does
+	// (which master the sentinels named, reconnections) stay out of it.
+	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// quiet is a go-redis logger that prints nothing; the errors that matter
+// come back from the calls.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // app is one run of dqctl: its flags, its streams, and the queue once a
 // command opened it.
