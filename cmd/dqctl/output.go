@@ -45,7 +45,7 @@ func escape(s string, n int) string {
 		s, cut = string([]rune(s)[:n]), true // invalid bytes become U+FFFD
 	}
 	q := strconv.Quote(s)
-	q = q[1 : len(q)-1]
+	q = strings.ReplaceAll(q[1:len(q)-1], `\"`, `"`) // quotes need no escape here
 	if cut {
 		q += "…"
 	}
