@@ -281,3 +281,20 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 		assert.Contains(t, keys, q.keys.meta())
 	})
 }
+
+func TestExistsOnlyLooks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		ok, err := Exists(ctx, be.client, name)
+		require.NoError(t, err)
+		assert.False(t, ok, "before New")
+		assert.Zero(t, be.client.Exists(ctx, metaKey(name)).Val(), "Exists writes nothing")
+		newQueue(t, be.client, WithName(name))
+		ok, err = Exists(ctx, be.client, name)
+		require.NoError(t, err)
+		assert.True(t, ok, "after New")
+		_, err = Exists(ctx, be.client, "no spaces")
+		assert.ErrorIs(t, err, ErrInvalidOption)
+	})
+}

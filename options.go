@@ -122,10 +122,19 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
+// checkName returns ErrInvalidOption for a name no queue can have.
+func checkName(name string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("%w: name %q: want 1 to 64 of A-Z a-z 0-9 _ - .", ErrInvalidOption, name)
+	}
+	return nil
+}
+
 func (o *options) validate() error {
+	if err := checkName(o.name); err != nil {
+		return err
+	}
 	switch {
-	case !validName.MatchString(o.name):
-		return fmt.Errorf("%w: name %q: want 1 to 64 of A-Z a-z 0-9 _ - .", ErrInvalidOption, o.name)
 	case o.buckets < 0 || o.buckets > 4096 || o.set.buckets && o.buckets == 0:
 		return fmt.Errorf("%w: buckets %d: want 1 to 4096", ErrInvalidOption, o.buckets)
 	case o.ttr < time.Millisecond || o.ttr > maxTTR:

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/dqueue/delayqueue"
+	"github.com/spf13/cobra"
+)
+
+// The commands on dead letters and topics: requeue, purge, pause, resume;
+// and the confirmation that destructive commands ask for.
+
+func (a *app) requeueCommand() *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "requeue <id> | --all <topic>",
+		Short: "Make a dead job, or all of a topic's, ready again",
+		Long: `Make a dead job ready again at once, with its attempts reset; with --all,
+every dead job of a topic (asks first unless --yes).`,
+		Args: exactArgs(1),
+		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
+			if !all {
+				if err := q.RequeueDead(ctx, args[0]); err != nil {
+					return err
+				}
+				return a.done(map[string]any{"requeued": args[0]}, "requeued %s", args[0])
+			}
+			return a.allDead(ctx, q, args[0], "Requeue the %d dead jobs of topic %q?", "requeued", q.RequeueAllDead)
+		}),
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "requeue every dead job of the topic given")
+	a.addYes(cmd)
+	return cmd
+}
+
+func (a *app) purgeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "purge <topic>",
+		Short: "Delete every dead job of a topic (asks first)",
+		Args:  exactArgs(1),
+		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
+			return a.allDead(ctx, q, args[0], "Delete the %d dead jobs of topic %q for good?", "purged", q.PurgeDead)
+		}),
+	}
+	a.addYes(cmd)
+	return cmd
+}
+
+func (a *app) pauseCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause <topic>",
+		Short: "Stop delivering a topic's jobs, in every process",
+		Long: `Stop delivering a topic's jobs, in every process, within a second. Due jobs
+still become ready; reserved jobs are not affected. Pausing a paused topic
+changes nothing.`,
+		Args: exactArgs(1),
+		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
+			if err := q.Pause(ctx, args[0]); err != nil {
+				return err
+			}
+			return a.done(map[string]any{"topic": args[0], "paused": true}, "paused %s", args[0])
+		}),
+	}
+}
+
+func (a *app) resumeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume <topic>",
+		Short: "Deliver a paused topic's jobs again",
+		Args:  exactArgs(1),
+		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
+			if err := q.Resume(ctx, args[0]); err != nil {
+				return err
+			}
+			return a.done(map[string]any{"topic": args[0], "paused": false}, "resumed %s", args[0])
+		}),
+	}
+}
+
+// allDead asks prompt (given the topic's dead count and the topic), then
+// runs op on every dead job of topic and says how many it did, as verb.
+func (a *app) allDead(ctx context.Context, q *delayqueue.DelayQueue, topic, prompt, verb string,
+	op func(context.Context, string) (int, error)) error {
+	c, err := q.Counts(ctx, topic)
+	if err != nil {
+		return err
+	}
+	if err := a.confirm(fmt.Sprintf(prompt, c.Dead, topic)); err != nil {
+		return err
+	}
+	n, err := op(ctx, topic)
+	if err != nil {
+		return err
+	}
+	return a.done(map[string]any{"topic": topic, verb: n}, "%s %d dead jobs of %s", verb, n, topic)
+}
+
+// confirm asks prompt on the terminal, unless --yes. Without a terminal on
+// stdin it refuses rather than hang or go ahead: a script must say --yes.
+func (a *app) confirm(prompt string) error {
+	if a.yes {
+		return nil
+	}
+	return ask(a.stdin, isTerminal(a.stdin), a.stderr, prompt)
+}
+
+// ask is confirm's dialogue: nil only for an answer of y or yes.
+func ask(in io.Reader, terminal bool, out io.Writer, prompt string) error {
+	if !terminal {
+		return usagef("%s Not confirmed: stdin is not a terminal; pass --yes to go ahead", prompt)
+	}
+	fmt.Fprintf(out, "%s [y/N] ", prompt)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return usagef("not confirmed; nothing was changed")
+}
+
+// isTerminal reports whether f is a terminal (a character device).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// asFile is w when it is a file, else nil (which is no terminal).
+func asFile(w io.Writer) *os.File {
+	f, _ := w.(*os.File)
+	return f
+}

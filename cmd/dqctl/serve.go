@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/dashboard"
+	"github.com/spf13/cobra"
+)
+
+func (a *app) serveCommand() *cobra.Command {
+	var (
+		listen   string
+		readOnly bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the web dashboard",
+		Long: `Serve the web dashboard on --listen until Ctrl-C; with --read-only it shows
+the queue and changes nothing. It listens on loopback by default: put it
+behind authentication before listening anywhere else.`,
+		Args: exactArgs(0),
+		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, _ []string) error {
+			return a.serve(ctx, listen, dashboard.New(q, dashboard.Options{ReadOnly: readOnly}))
+		}),
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "`address` to listen on")
+	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the queue, allow no change")
+	return cmd
+}
+
+// serve serves h on addr until ctx ends, then shuts down gracefully.
+func (a *app) serve(ctx context.Context, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(a.stderr, "dqctl: serving the dashboard of queue %s on http://%s/\n", a.conn.queue, ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
