@@ -159,8 +159,8 @@ end
 -- them, under "0:<topic>", so that an entry's index plus that count is
 -- its place in the list for good: a listing resumes there however many
 -- entries left the head meanwhile, or came back to the tail (list.lua).
--- Once the list is empty, the count can start over (drop_zeros): no job
--- stayed in the list since, for a listing to owe it.
+-- Once no job of the list is ready, the count can start over (drop_zeros):
+-- no job stayed ready since, for a listing to owe it.
 
 -- trimmed counts n entries trimmed from the head of topic's ready list.
 local function trimmed(counts, topic, n)
@@ -168,13 +168,15 @@ local function trimmed(counts, topic, n)
 end
 
 -- drop_zeros deletes the counts that are 0, and the trimmed count of
--- every topic whose ready list (under ready_prefix) is empty.
-local function drop_zeros(counts, ready_prefix)
-  local flat, zeros = redis.call('HGETALL', counts), {}
+-- every topic with no ready job. It reads the counts alone: no key it was
+-- not given, which a slot being migrated may have moved away.
+local function drop_zeros(counts)
+  local flat, values, zeros = redis.call('HGETALL', counts), {}, {}
   for i = 2, #flat, 2 do
-    local field = flat[i - 1]
-    if tonumber(flat[i]) == 0 or (sub(field, 1, 2) == '0:' and
-        redis.call('EXISTS', ready_prefix .. sub(field, 3)) == 0) then
+    values[flat[i - 1]] = tonumber(flat[i])
+  end
+  for field, n in pairs(values) do
+    if n == 0 or (sub(field, 1, 2) == '0:' and (values[READY .. sub(field, 2)] or 0) == 0) then
       zeros[#zeros + 1] = field
     end
   end

@@ -73,7 +73,7 @@ else
   if after_pos ~= '' then
     first = math.max(0, tonumber(after_pos) + 1 - gone)
     if first > total then
-      first = 0 -- past the end: the list emptied and its count started over
+      first = 0 -- past the end: its count started over (job.lua)
     end
   end
   ids = redis.call('LRANGE', key, first, first + budget - 1)

@@ -40,7 +40,7 @@ local now_ms = math.floor(now / 1000)
 local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
 if trim == '1' then
   trim_buried(KEYS[7], now_ms)
-  drop_zeros(KEYS[8], ready_prefix)
+  drop_zeros(KEYS[8])
 end
 -- A job's score is when it was due (or its reservation ran out): a ready
 -- job's at_ms keeps it, so that its delivery's lateness can be told.
