@@ -102,12 +102,15 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{metaKey(o.name)}, buckets, queueFormat, asStored).Int64Slice()
+	res, err := scriptInit.Run(ctx, client, []string{metaKey(o.name)}, buckets, queueFormat, asStored || o.noInstance, o.noInstance).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
 	if len(res) != 3 {
 		return nil, fmt.Errorf("delayqueue: open queue %q: unexpected reply %v", o.name, res)
+	}
+	if o.noInstance && res[0] == 0 {
+		return nil, fmt.Errorf("%w: no queue %q on this Redis", ErrNotFound, o.name)
 	}
 	if int(res[0]) != buckets && !asStored {
 		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], buckets)
@@ -130,6 +133,9 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	q.reserves, q.finishes = q.reserveLanes(lanes), q.finishLanes(lanes)
 	if res[2] != queueFormat {
 		return nil, fmt.Errorf("%w: queue %q was written in format %d, this version writes %d", ErrFormatMismatch, o.name, res[2], queueFormat)
+	}
+	if o.noInstance {
+		return q, nil // generates no IDs
 	}
 	if res[1] < 1 {
 		return nil, fmt.Errorf("delayqueue: open queue %q: instance number %d", o.name, res[1])

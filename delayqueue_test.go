@@ -298,3 +298,33 @@ func TestExistsOnlyLooks(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidOption)
 	})
 }
+
+// TestWithoutInstanceWritesNothing: a queue opened to look and operate
+// neither creates the queue nor takes an instance number.
+func TestWithoutInstanceWritesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		_, err := New(be.client, WithName(name), WithoutInstance())
+		require.ErrorIs(t, err, ErrNotFound)
+		assert.Empty(t, queueKeys(t, be.client, name), "nothing created")
+
+		q := newQueue(t, be.client, WithName(name))
+		id := pushed(t, q, &Job{Topic: "t"})
+		nodes := be.client.HGet(ctx, q.keys.meta(), "nodes").Val()
+		look, err := New(be.client, WithName(name), WithoutInstance(), WithLogger(discard))
+		require.NoError(t, err)
+		t.Cleanup(func() { closeQueue(t, look) })
+		assert.Equal(t, nodes, be.client.HGet(ctx, q.keys.meta(), "nodes").Val(), "no instance number taken")
+		got, err := look.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "t", got.Topic)
+		_, err = look.Push(ctx, &Job{Topic: "t"})
+		assert.ErrorIs(t, err, ErrInvalidJob, "it generates no IDs")
+		_, err = look.Push(ctx, &Job{ID: "mine", Topic: "t"})
+		require.NoError(t, err)
+		c, err := look.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 2, c.Ready)
+	})
+}

@@ -32,6 +32,7 @@ type options struct {
 
 	// Hooks of other packages: observe.go, middleware.go.
 	observer          Observer
+	noInstance        bool // WithoutInstance
 	pushMiddleware    []PushMiddleware
 	consumeMiddleware []Middleware
 }
@@ -169,3 +170,14 @@ const (
 	attrAttempt = "attempt"
 	attrError   = "error"
 )
+
+// WithoutInstance opens an existing queue without writing to Redis: New
+// neither creates the queue nor takes an instance number, as it otherwise
+// does every time, for the job IDs it generates. Such a DelayQueue pushes
+// only jobs that carry an ID of the caller's (ErrInvalidJob otherwise);
+// everything else works. It is for tools that look at and operate a queue
+// and open it often, as cmd/dqctl does. New returns ErrNotFound when the
+// queue does not exist.
+func WithoutInstance() Option {
+	return optionFunc(func(o *options) { o.noInstance = true })
+}

@@ -262,6 +262,9 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	if err := validateTopic(job.Topic); err != nil {
 		return pushArgs{}, within(ErrInvalidJob, err)
 	}
+	if job.ID == "" && o.noInstance {
+		return pushArgs{}, fmt.Errorf("%w: no ID, and a queue opened WithoutInstance generates none", ErrInvalidJob)
+	}
 	if job.ID != "" {
 		if err := validateID(job.ID); err != nil {
 			return pushArgs{}, within(ErrInvalidJob, err)

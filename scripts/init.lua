@@ -10,13 +10,17 @@
 -- with the caller's, no number is handed out (0): New refuses, and writes
 -- nothing.
 
-if redis.call('HSETNX', KEYS[1], 'buckets', ARGV[1]) == 1 then
+-- ARGV[4] 1 to look only (WithoutInstance): create nothing, take no
+-- number, write nothing; a queue that does not exist has 0 buckets
+
+local look = ARGV[4] == '1'
+if not look and redis.call('HSETNX', KEYS[1], 'buckets', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'format', ARGV[2])
 end
-local buckets = tonumber(redis.call('HGET', KEYS[1], 'buckets'))
+local buckets = tonumber(redis.call('HGET', KEYS[1], 'buckets') or '0')
 local format = tonumber(redis.call('HGET', KEYS[1], 'format') or '0')
 local instance = 0
-if (buckets == tonumber(ARGV[1]) or ARGV[3] == '1') and format == tonumber(ARGV[2]) then
+if not look and (buckets == tonumber(ARGV[1]) or ARGV[3] == '1') and format == tonumber(ARGV[2]) then
   instance = redis.call('HINCRBY', KEYS[1], 'nodes', 1)
 end
 return {buckets, instance, format}

@@ -85,7 +85,13 @@ func (a *app) queue(ctx context.Context, create bool) (*delayqueue.DelayQueue, e
 			return nil, fmt.Errorf("%w %q on this Redis (nothing was created; check --queue)", errNoQueue, a.conn.queue)
 		}
 	}
-	a.q, err = delayqueue.New(client, delayqueue.WithName(a.conn.queue))
+	opts := []delayqueue.Option{delayqueue.WithName(a.conn.queue)}
+	if !create {
+		// Write nothing to open it: no instance number taken on every
+		// run (only a push generates IDs).
+		opts = append(opts, delayqueue.WithoutInstance())
+	}
+	a.q, err = delayqueue.New(client, opts...)
 	return a.q, err
 }
 
