@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
 )
 
 // The actions: each a POST from one of the dashboard's forms, answered
@@ -38,7 +39,8 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request, prefix string, do 
 // back is where an action returns to: the form's page, below the prefix,
 // or the overview for anything that is not a path of ours.
 func back(to string) string {
-	if !strings.HasPrefix(to, "/") || strings.HasPrefix(to, "//") || strings.ContainsAny(to, "\\\r\n") {
+	if !strings.HasPrefix(to, "/") || strings.HasPrefix(to, "//") ||
+		strings.IndexFunc(to, func(r rune) bool { return r == '\\' || unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0 {
 		return "/"
 	}
 	return to

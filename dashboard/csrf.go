@@ -66,15 +66,15 @@ var errForbidden = errors.New("this action was refused: reload the page and try 
 // forms.
 func (k csrfKey) check(r *http.Request) error {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		// The browser says the page that sent it is ours; its Origin may
+		// name a host that a reverse proxy rewrote on the way here.
+	case "":
+		if err := sameHost(r); err != nil {
+			return err
+		}
 	default:
 		return errForbidden
-	}
-	if origin := r.Header.Get("Origin"); origin != "" {
-		u, err := url.Parse(origin)
-		if err != nil || u.Host != r.Host {
-			return errForbidden
-		}
 	}
 	c, err := r.Cookie(csrfCookie)
 	if err != nil || c.Value == "" {
@@ -82,6 +82,18 @@ func (k csrfKey) check(r *http.Request) error {
 	}
 	if !hmac.Equal([]byte(r.PostFormValue(csrfField)), []byte(k.token(c.Value))) {
 		return errForbidden
+	}
+	return nil
+}
+
+// sameHost refuses a request whose Origin, when sent, names another host
+// than the request's: the check for browsers that send no Sec-Fetch-Site.
+func sameHost(r *http.Request) error {
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || u.Host != r.Host {
+			return errForbidden
+		}
 	}
 	return nil
 }

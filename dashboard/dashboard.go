@@ -263,6 +263,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, prefix string, co
 	}
 	v := h.view(w, r, prefix, http.StatusText(code))
 	v.Data = err.Error()
+	if code >= 500 {
+		v.Data = "Redis did not answer as expected; the details are in the server's log."
+	}
 	h.render(w, code, "error", v)
 }
 

@@ -209,6 +209,19 @@ func TestActionsRefuseForgedRequests(t *testing.T) {
 	resp, _ = s.post(action, url.Values{"csrf": {good}})
 	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	assert.ElementsMatch(t, []string{"mail", "paused"}, paused(t, q))
+
+	// Behind a reverse proxy that rewrote Host, the browser's own word
+	// that the form is the page's (Sec-Fetch-Site) is taken over Origin.
+	resume := topicPath("mail") + "/resume"
+	resp, _ = s.post(resume, url.Values{"csrf": {good}}, "Origin", "https://admin.example.com", "Sec-Fetch-Site", "same-origin")
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, []string{"paused"}, paused(t, q))
+
+	// The page to go back to is a path of ours, or the overview.
+	for _, to := range []string{"/\t/evil.example", "/ /evil.example", "//evil.example", "/\\evil.example", "https://evil.example"} {
+		resp, _ = s.post(resume, url.Values{"csrf": {good}, "back": {to}})
+		assert.Equal(t, s.prefix+"/", resp.Header.Get("Location"), "%q", to)
+	}
 }
 
 // otherToken is a token another dashboard gave.

@@ -108,14 +108,16 @@ func TestErrorPages(t *testing.T) {
 		assert.Contains(t, page, "</html>", p)
 	}
 
-	// An error of Redis is a 500 page that says it, and is logged.
+	// An error of Redis is a 500 page that says so, without its details
+	// (addresses, say), which are logged.
 	var logs bytes.Buffer
 	broken := failing{Queue: q, err: errors.New("connection refused")}
 	s = serve(t, dashboard.New(broken, dashboard.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), "")
 	for _, p := range []string{"/", topicPath("mail"), jobPath(ids.ready)} {
 		code, page := s.get(p)
 		assert.Equal(t, http.StatusInternalServerError, code, p)
-		assert.Contains(t, page, "connection refused", p)
+		assert.Contains(t, page, "Redis did not answer", p)
+		assert.NotContains(t, page, "connection refused", p)
 	}
 	assert.Contains(t, logs.String(), "connection refused")
 }

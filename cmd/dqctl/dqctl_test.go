@@ -315,3 +315,34 @@ func TestAskTakesOnlyYes(t *testing.T) {
 	err := ask(strings.NewReader("y\n"), false, &prompt, "Remove it?")
 	assert.Equal(t, exitUsage, exitCode(err), "no terminal, no question")
 }
+
+// TestHeadersAndNamesComeBackAsGiven: a header's value keeps its commas and
+// quotes, and a printed topic or ID with a backslash can be given back.
+func TestHeadersAndNamesComeBackAsGiven(t *testing.T) {
+	f := serverFixture(t)
+	id := strings.TrimSpace(f.ok(t, "push", `top\ic`, "--id", `C:\temp\job`, "--body", "x",
+		"--header", "tracestate=a=1,b=2", "--header", `q="quoted"`))
+	require.Equal(t, `C:\temp\job`, id)
+	var j struct {
+		Headers map[string]string `json:"headers"`
+	}
+	f.json(t, &j, "get", id)
+	assert.Equal(t, map[string]string{"tracestate": "a=1,b=2", "q": `"quoted"`}, j.Headers)
+	assert.Contains(t, strings.Split(f.ok(t, "topics"), "\n"), `top\ic`)
+	assert.Contains(t, f.ok(t, "list", `top\ic`), `C:\temp\job`)
+	r := f.run(t, "push", "t", "--header", "novalue")
+	assert.Equal(t, exitUsage, r.code)
+}
+
+// TestLookingWritesNothing: the commands that only look take no instance
+// number of the queue, and write nothing at all.
+func TestLookingWritesNothing(t *testing.T) {
+	f := serverFixture(t)
+	ctx := context.Background()
+	meta := "dq:{" + f.name + "}:meta"
+	before := f.client.HGetAll(ctx, meta).Val()
+	for _, args := range [][]string{{"stats"}, {"topics"}, {"list", "orders"}, {"get", f.ready}} {
+		f.ok(t, args...)
+	}
+	assert.Equal(t, before, f.client.HGetAll(ctx, meta).Val())
+}

@@ -169,7 +169,7 @@ func (a *app) pushCommand() *cobra.Command {
 		job     delayqueue.Job
 		body    string
 		at      string
-		headers map[string]string
+		headers []string
 	)
 	cmd := &cobra.Command{
 		Use:   "push <topic>",
@@ -194,7 +194,10 @@ queue when it does not exist.`,
 					return usagef("--at: want an RFC 3339 time such as 2030-01-02T15:04:05Z: %v", err)
 				}
 			}
-			job.Topic, job.Headers = args[0], headers
+			if job.Headers, err = parseHeaders(headers); err != nil {
+				return err
+			}
+			job.Topic = args[0]
 			q, err := a.queue(cmd.Context(), true)
 			if err != nil {
 				return err
@@ -217,7 +220,7 @@ queue when it does not exist.`,
 	f.StringVar(&job.ID, "id", "", "the job's ID (default: a generated one)")
 	f.DurationVar(&job.TTR, "ttr", 0, "time to run once popped (default: the queue's)")
 	f.IntVar(&job.MaxAttempts, "max-attempts", 0, "deliveries before it goes dead (default: the queue's)")
-	f.StringToStringVar(&headers, "header", nil, "a header, `key=value`; repeat for more")
+	f.StringArrayVar(&headers, "header", nil, "a header, `key=value` (the value as given, commas and quotes too); repeat for more")
 	return cmd
 }
 
@@ -292,4 +295,21 @@ func exactArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// parseHeaders reads --header values, key=value each, split at the first
+// "=": the value is kept as given.
+func parseHeaders(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	h := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("--header %q: want key=value", kv)
+		}
+		h[k] = v
+	}
+	return h, nil
 }

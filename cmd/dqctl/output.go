@@ -44,8 +44,19 @@ func escape(s string, n int) string {
 	if utf8.RuneCountInString(s) > n {
 		s, cut = string([]rune(s)[:n]), true // invalid bytes become U+FFFD
 	}
-	q := strconv.Quote(s)
-	q = strings.ReplaceAll(q[1:len(q)-1], `\"`, `"`) // quotes need no escape here
+	// What a terminal shows as it is stays as it is, backslashes too, so
+	// that a printed topic or ID can be given back as an argument; the
+	// rest (control and format characters, invalid bytes) is escaped.
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	q := b.String()
 	if cut {
 		q += "…"
 	}
