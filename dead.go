@@ -3,7 +3,6 @@ package delayqueue
 import (
 	"context"
 	"fmt"
-	"slices"
 )
 
 // Dead letters: a job whose attempts ran out waits in its topic's dead-letter
@@ -15,33 +14,28 @@ import (
 const deadBatch = 500
 
 // DeadJobs lists up to limit dead jobs of topic, oldest death first, each
-// with its LastError and, in RunAt, the time it died. It returns
-// ErrInvalidTopic for a bad topic.
+// with its LastError and, in RunAt, the time it died: List's pages of
+// StateDead, as many as it takes. It returns ErrInvalidTopic for a bad
+// topic.
 func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*Job, error) {
 	if err := q.checkTopic(topic); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		return nil, nil
-	}
 	var jobs []*Job
-	for b := range q.opts.buckets {
-		bk := q.keys.bucket(b)
-		res, err := q.run(ctx, b, scriptDead, []string{bk.dead(topic), bk.pool}, limit).StringSlice()
+	var opts ListOptions
+	for len(jobs) < limit {
+		opts.Limit = min(limit-len(jobs), maxListLimit)
+		page, err := q.List(ctx, topic, StateDead, opts)
 		if err != nil {
-			return nil, fmt.Errorf("delayqueue: list dead jobs of %q in bucket %d: %w", topic, b, err)
+			return nil, err
 		}
-		for i := 0; i+1 < len(res); i += 2 {
-			job, err := decodeJob(res[i], []byte(res[i+1]))
-			if err != nil {
-				return nil, err
-			}
-			job.reservation = 0 // not the caller's reservation
-			jobs = append(jobs, job)
+		jobs = append(jobs, page.Jobs...)
+		if page.Next == "" {
+			break
 		}
+		opts.Cursor = page.Next
 	}
-	slices.SortStableFunc(jobs, func(a, b *Job) int { return a.RunAt.Compare(b.RunAt) })
-	return jobs[:min(limit, len(jobs))], nil
+	return jobs, nil
 }
 
 // RequeueDead makes a dead job ready again at once, with its attempts reset.

@@ -144,21 +144,6 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	return q, nil
 }
 
-// Exists reports whether the queue named name was opened on client's Redis
-// before: whether New would find its data rather than create it. It writes
-// nothing, so a tool that only looks (cmd/dqctl) can say a queue is not
-// there instead of creating it. It returns ErrInvalidOption for a bad name.
-func Exists(ctx context.Context, client redis.UniversalClient, name string) (bool, error) {
-	if err := checkName(name); err != nil {
-		return false, err
-	}
-	n, err := client.Exists(ctx, metaKey(name)).Result()
-	if err != nil {
-		return false, fmt.Errorf("delayqueue: look for queue %q: %w", name, err)
-	}
-	return n == 1, nil
-}
-
 // Start runs one bucket handler goroutine per bucket, which moves due jobs to
 // their ready lists while it holds the bucket's lease. Some process must Start
 // for delayed jobs to become ready; any number may. ctx bounds the start-up

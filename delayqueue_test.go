@@ -282,23 +282,6 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 	})
 }
 
-func TestExistsOnlyLooks(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		name := uniqueName(t)
-		ok, err := Exists(ctx, be.client, name)
-		require.NoError(t, err)
-		assert.False(t, ok, "before New")
-		assert.Zero(t, be.client.Exists(ctx, metaKey(name)).Val(), "Exists writes nothing")
-		newQueue(t, be.client, WithName(name))
-		ok, err = Exists(ctx, be.client, name)
-		require.NoError(t, err)
-		assert.True(t, ok, "after New")
-		_, err = Exists(ctx, be.client, "no spaces")
-		assert.ErrorIs(t, err, ErrInvalidOption)
-	})
-}
-
 // TestWithoutInstanceWritesNothing: a queue opened to look and operate
 // neither creates the queue nor takes an instance number.
 func TestWithoutInstanceWritesNothing(t *testing.T) {

@@ -31,7 +31,6 @@ var (
 	scriptRelease    = loadScript("release.lua")
 	scriptReschedule = loadScript("reschedule.lua")
 	scriptUpsert     = loadScript("upsert.lua")
-	scriptDead       = loadScript("dead.lua")
 	scriptRequeue    = loadScript("requeue.lua")
 	scriptPurge      = loadScript("purge.lua")
 	scriptSummary    = loadScript("summary.lua")

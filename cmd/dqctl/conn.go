@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -70,28 +71,22 @@ func (c *connFlags) client() (redis.UniversalClient, error) {
 // queue opens the queue. Unless create is set, a queue that does not exist
 // is an error (errNoQueue), and nothing is written to Redis. The queue is
 // never started.
-func (a *app) queue(ctx context.Context, create bool) (*delayqueue.DelayQueue, error) {
+func (a *app) queue(_ context.Context, create bool) (*delayqueue.DelayQueue, error) {
 	client, err := a.conn.client()
 	if err != nil {
 		return nil, err
 	}
 	a.client = client
-	if !create {
-		ok, err := delayqueue.Exists(ctx, client, a.conn.queue)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("%w %q on this Redis (nothing was created; check --queue)", errNoQueue, a.conn.queue)
-		}
-	}
 	opts := []delayqueue.Option{delayqueue.WithName(a.conn.queue)}
 	if !create {
-		// Write nothing to open it: no instance number taken on every
-		// run (only a push generates IDs).
+		// Write nothing to open it: no queue created, no instance number
+		// taken on every run (only a push generates IDs).
 		opts = append(opts, delayqueue.WithoutInstance())
 	}
 	a.q, err = delayqueue.New(client, opts...)
+	if !create && errors.Is(err, delayqueue.ErrNotFound) {
+		return nil, fmt.Errorf("%w %q on this Redis (nothing was created; check --queue)", errNoQueue, a.conn.queue)
+	}
 	return a.q, err
 }
 
