@@ -201,7 +201,16 @@ func TestFaultHugeBacklogDrainsInShortScriptCalls(t *testing.T) {
 	// SLOWLOG keeps every command of 1 ms or more.
 	s := redistest.Start(t, "--slowlog-log-slower-than", "1000", "--slowlog-max-len", "100000")
 	c := s.Client(t)
-	q := newQueue(t, c, WithBuckets(8))
+	// Each move call reports the jobs it made ready.
+	var mu sync.Mutex
+	var moves []int
+	q := newQueue(t, c, WithBuckets(8), WithObserver(ObserverFunc(func(_ context.Context, e Event) {
+		if e.Kind == EventMoved {
+			mu.Lock()
+			moves = append(moves, e.Count)
+			mu.Unlock()
+		}
+	})))
 	due := time.Now().Add(time.Duration(n/20_000+5) * time.Second) // after the pushes
 	pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", RunAt: due, TTR: time.Hour} })
 	require.True(t, time.Now().Before(due), "pushing took longer than planned")
@@ -217,23 +226,31 @@ func TestFaultHugeBacklogDrainsInShortScriptCalls(t *testing.T) {
 	}, 5*time.Minute, 10*time.Millisecond, "every job reaches its ready list")
 	drained := time.Since(due)
 
-	// SLOWLOG times a call on the wall clock, so a Redis that loses its
-	// core to another process mid-script (on two cores, to this test's own
-	// race-instrumented handlers) is charged for it. The batch bounds the
-	// work of every call; the time of nearly all of them shows it, and
-	// none may take many times the bound.
+	// The bound on a call is its work: no call moves more than a batch,
+	// however many jobs are due, so a backlog drains in many short calls
+	// and Redis serves its other clients between them.
+	mu.Lock()
+	sum, most := 0, 0
+	for _, m := range moves {
+		sum, most = sum+m, max(most, m)
+	}
+	calls := len(moves)
+	mu.Unlock()
+	assert.Equal(t, n, sum, "every job moved once")
+	assert.LessOrEqual(t, most, q.opts.batch, "no call moves more than a batch")
+	assert.GreaterOrEqual(t, calls, n/q.opts.batch)
+
+	// How long the calls took is a figure, not a bound: SLOWLOG times a
+	// call on the wall clock, so a Redis that loses its core to another
+	// process mid-call is charged for the wait, and on a shared machine
+	// that can be many times the call's work. BENCHMARKS.md quotes the
+	// times from dqbench's S7.
 	slow, err := c.SlowLogGet(ctx, -1).Result()
 	require.NoError(t, err)
 	var times []time.Duration
-	over := 0
 	for _, e := range slow {
-		if len(e.Args) == 0 || !strings.HasPrefix(strings.ToLower(e.Args[0]), "eval") {
-			continue // such as the SLOWLOG RESET above
-		}
-		times = append(times, e.Duration)
-		if e.Duration >= 10*time.Millisecond {
-			over++
-			t.Logf("slow: %v %v", e.Duration, e.Args[:min(len(e.Args), 2)])
+		if len(e.Args) > 0 && strings.HasPrefix(strings.ToLower(e.Args[0]), "eval") {
+			times = append(times, e.Duration) // not SLOWLOG RESET and the like
 		}
 	}
 	slices.Sort(times)
@@ -241,10 +258,8 @@ func TestFaultHugeBacklogDrainsInShortScriptCalls(t *testing.T) {
 	if len(times) > 0 {
 		p99, longest = times[len(times)*99/100], times[len(times)-1]
 	}
-	t.Logf("FAULT %d jobs due at once: drained %v after their due time; script calls over 1 ms=%d, over 10 ms=%d, p99 of those=%v, longest=%v (SLOWLOG)",
-		n, drained.Round(time.Millisecond), len(times), over, p99, longest)
-	assert.Less(t, p99, 10*time.Millisecond, "99 percent of script calls take under 10 ms")
-	assert.Less(t, longest, 50*time.Millisecond, "no script call takes many times that")
+	t.Logf("FAULT %d jobs due at once: drained %v after their due time in %d move calls of at most %d jobs; calls of 1 ms or more=%d, p99 of those=%v, longest=%v (SLOWLOG)",
+		n, drained.Round(time.Millisecond), calls, most, len(times), p99, longest)
 }
 
 func TestFaultRedisUnreachableAtStartAndMidway(t *testing.T) {

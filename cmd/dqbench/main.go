@@ -114,10 +114,11 @@ func (b *bench) resetStats(ctx context.Context) error {
 func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
-	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s6; the layout scenarios l, e and p run only when named)")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s7; the layout scenarios l, e and p run only when named)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
+	flag.IntVar(&backlogJobs, "s7-jobs", backlogJobs, "jobs due at once in S7")
 	topology := flag.String("topology", "single,split,multi", "layouts of L and E: single (one process pushes and consumes), split (a producer and a consumer process), multi (a producer and three consumers)")
 	method := flag.String("method", "pop,consume", "how L and E's queue consumers take jobs: pop (16 goroutines calling Pop and Finish) or consume (Consume with 16 handlers)")
 	b := &bench{}
@@ -150,6 +151,8 @@ func run(ctx context.Context) error {
 	switch {
 	case *runs < 1:
 		return fmt.Errorf("-runs %d: at least 1", *runs)
+	case backlogJobs < 1:
+		return fmt.Errorf("-s7-jobs %d: at least 1", backlogJobs)
 	case b.lJobs < 1:
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.lSpread < time.Millisecond:
@@ -250,7 +253,7 @@ func run(ctx context.Context) error {
 }
 
 // chooseScenarios picks the scenarios -only names: with none named, the
-// in-process ones, s1 to s6.
+// in-process ones, s1 to s7.
 func chooseScenarios(only string) ([]scenario, []*layoutScenario, error) {
 	want := map[string]bool{}
 	for _, id := range strings.Split(only, ",") {

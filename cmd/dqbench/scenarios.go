@@ -23,6 +23,7 @@ var scenarios = []scenario{
 	{"s4", "memory per pending job", memory},
 	{"s5", "idle cost", idle},
 	{"s6", "cost growth with pending jobs", growth},
+	{"s7", "a backlog due at once", backlog},
 }
 
 var latenessJobs = 20_000
