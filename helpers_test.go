@@ -1,7 +1,6 @@
 package delayqueue
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/dqueue/delayqueue/internal/syncbuf"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -90,27 +90,10 @@ func startQueue(t testing.TB, q *DelayQueue) {
 }
 
 // capture is a slog handler that keeps records for assertions.
-type capture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type capture struct{ syncbuf.Buffer }
 
 func (c *capture) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(lockedWriter{c}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-type lockedWriter struct{ c *capture }
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.c.mu.Lock()
-	defer w.c.mu.Unlock()
-	return w.c.buf.Write(p)
+	return slog.New(slog.NewTextHandler(&c.Buffer, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // serverMs reads the Redis server's clock in milliseconds.

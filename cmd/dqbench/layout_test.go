@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/dqueue/delayqueue/internal/syncbuf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,7 +133,7 @@ func TestSingleProcessDeliversEveryJob(t *testing.T) {
 				queue: "t-" + name, jobs: n, due: dueAt, spread: 300 * time.Millisecond, start: true, observe: r.observe}
 			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 			defer stop()
-			var buf lockedBuffer
+			var buf syncbuf.Buffer
 			out := newReporter(&buf)
 			base := make(chan int64, 1)
 			first := time.Now().Add(100 * time.Millisecond)
@@ -147,7 +147,7 @@ func TestSingleProcessDeliversEveryJob(t *testing.T) {
 
 			got := newReceipts(n)
 			var last childResult
-			sc := bufio.NewScanner(bytes.NewReader(buf.bytes()))
+			sc := bufio.NewScanner(bytes.NewReader(buf.Bytes()))
 			require.True(t, sc.Scan())
 			assert.Equal(t, readyLine, sc.Text())
 			for sc.Scan() {
@@ -169,25 +169,6 @@ func TestSingleProcessDeliversEveryJob(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a reporter's flushing goroutine
-// and a test reading it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }
 
 func TestHogRefusesASharePastTheMachine(t *testing.T) {
