@@ -27,6 +27,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -72,7 +73,16 @@ type Options struct {
 	// Meter, when also given to the queue with delayqueue.WithObserver,
 	// adds a throughput chart to the overview. Default: none.
 	Meter *Meter
+	// FormKey signs the forms' tokens against cross-site requests: give
+	// every replica behind one address the same key, of at least 32
+	// random bytes kept secret, and a form one shows is taken by any.
+	// Default: a random key of the handler's own, so that a form shown by
+	// one process is refused by another.
+	FormKey []byte
 }
+
+// minFormKey is the shortest Options.FormKey.
+const minFormKey = 32
 
 //go:embed templates/*.html
 var templateFS embed.FS
@@ -93,9 +103,10 @@ type handler struct {
 
 // New returns the dashboard of q as an http.Handler, to mount under a
 // prefix with http.StripPrefix (or at the root of a server). It is safe
-// for concurrent use. Each handler signs its forms with a key of its own,
-// made here: a form shown by one process is refused by another, so run
-// one dashboard, or pin users' sessions to one.
+// for concurrent use. Unless Options.FormKey is set, each handler signs
+// its forms with a key of its own, made here: a form shown by one process
+// is refused by another. New panics when FormKey is set but shorter than
+// 32 bytes.
 func New(q Queue, opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -104,6 +115,13 @@ func New(q Queue, opts Options) http.Handler {
 		opts.PageSize = 50
 	}
 	opts.Prefix = strings.TrimSuffix(opts.Prefix, "/")
+	key := newCSRFKey()
+	if opts.FormKey != nil {
+		if len(opts.FormKey) < minFormKey {
+			panic(fmt.Sprintf("dashboard: Options.FormKey holds %d bytes; it needs at least %d", len(opts.FormKey), minFormKey))
+		}
+		key = csrfKey(bytes.Clone(opts.FormKey))
+	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		panic(err) // the embedded folder exists
@@ -112,7 +130,7 @@ func New(q Queue, opts Options) http.Handler {
 		q:       q,
 		opts:    opts,
 		log:     opts.Logger,
-		csrf:    newCSRFKey(),
+		csrf:    key,
 		history: newHistory(opts.Meter),
 		pages:   parsePages(),
 		static:  static,

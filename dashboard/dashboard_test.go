@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -98,6 +99,26 @@ func TestNothingInjectsMarkup(t *testing.T) {
 	assert.Contains(t, page, "&#34;&#39;&gt;&lt;img src=x onerror=alert(1)&gt;") // body and header
 	_, page = s.get(jobPath(ids.dead))
 	assert.Contains(t, page, "&#34;&#39;&gt;&lt;img src=x onerror=alert(1)&gt;") // last error
+}
+
+// TestNamesShowAsTheyAre: a right-to-left override or a control
+// character in an ID, a header or an error is shown escaped, so that
+// "invoice\u202egpj.exe" cannot pass for "invoiceexe.jpg".
+func TestNamesShowAsTheyAre(t *testing.T) {
+	q := newQueue(t, redistest.Shared(t).Client(t))
+	ctx := context.Background()
+	const id = "invoice\u202egpj.exe"
+	_, err := q.Push(ctx, &delayqueue.Job{ID: id, Topic: "mail", Headers: map[string]string{"from": "bob\r\nX: 1"}})
+	require.NoError(t, err)
+	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "")
+
+	_, page := s.get(jobPath(id))
+	assert.Contains(t, page, `<span class="name">invoice\u202egpj.exe</span>`)
+	assert.Contains(t, page, `<title>Job invoice\u202egpj.exe`)
+	assert.Contains(t, page, `<td>bob\r\nX: 1</td>`)
+	_, page = s.get(topicPath("mail"))
+	assert.Contains(t, page, `>invoice\u202egpj.exe</a>`)
+	assert.NotContains(t, page, ">invoice\u202e", "the rune itself is in no text shown")
 }
 
 func TestActions(t *testing.T) {
@@ -222,6 +243,35 @@ func TestActionsRefuseForgedRequests(t *testing.T) {
 		resp, _ = s.post(resume, url.Values{"csrf": {good}, "back": {to}})
 		assert.Equal(t, s.prefix+"/", resp.Header.Get("Location"), "%q", to)
 	}
+}
+
+// TestReplicasSharingAFormKeyTakeEachOthersForms: behind one address,
+// replicas given the same FormKey take each other's forms; one with
+// another key does not.
+func TestReplicasSharingAFormKeyTakeEachOthersForms(t *testing.T) {
+	q := newQueue(t, redistest.Shared(t).Client(t))
+	seed(t, q)
+	key := bytes.Repeat([]byte("k"), 32)
+	a := serve(t, dashboard.New(q, dashboard.Options{Logger: discard, FormKey: key}), "/admin")
+	good := a.token("/")
+	replica := func(key []byte) *site {
+		s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard, FormKey: key}), "/admin")
+		s.client = a.client // the same browser, its cookie included
+		return s
+	}
+	other := replica(bytes.Repeat([]byte("x"), 32))
+	resp, _ := other.post(topicPath("mail")+"/pause", url.Values{"csrf": {good}}, "Sec-Fetch-Site", "same-origin")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "another key")
+	assert.Equal(t, []string{"paused"}, paused(t, q))
+
+	b := replica(key)
+	resp, _ = b.post(topicPath("mail")+"/pause", url.Values{"csrf": {good}}, "Sec-Fetch-Site", "same-origin")
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode, "the same key")
+	assert.ElementsMatch(t, []string{"mail", "paused"}, paused(t, q))
+
+	assert.PanicsWithValue(t, "dashboard: Options.FormKey holds 16 bytes; it needs at least 32", func() {
+		dashboard.New(q, dashboard.Options{FormKey: make([]byte, 16)})
+	})
 }
 
 // otherToken is a token another dashboard gave.

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/internal/visible"
 )
 
 // view is what every page's template gets: the layout's fields, and the
@@ -33,7 +34,7 @@ type view struct {
 // view starts a page's view: its form token, and the flash message an
 // action left, which it clears.
 func (h *handler) view(w http.ResponseWriter, r *http.Request, prefix, title string) *view {
-	v := &view{Prefix: prefix, Title: title, ReadOnly: h.opts.ReadOnly, Here: r.URL.EscapedPath()}
+	v := &view{Prefix: prefix, Title: visible.Escape(title), ReadOnly: h.opts.ReadOnly, Here: r.URL.EscapedPath()}
 	if r.URL.RawQuery != "" {
 		v.Here += "?" + r.URL.RawQuery
 	}
@@ -42,7 +43,7 @@ func (h *handler) view(w http.ResponseWriter, r *http.Request, prefix, title str
 	}
 	if c, err := r.Cookie(flashCookie); err == nil {
 		if b, err := base64.RawURLEncoding.DecodeString(c.Value); err == nil {
-			v.Flash = string(b)
+			v.Flash = visible.Escape(string(b))
 		}
 		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: prefix + "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	}
@@ -85,6 +86,7 @@ func (v *view) Job(id string) string { return v.Prefix + "/jobs/" + url.PathEsca
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"dur":  duration,
+	"vis":  visible.Escape, // names, errors and headers: no control or bidi runes as they are
 	"when": when,
 	"list": func(a ...any) []any { return a },
 }

@@ -23,6 +23,7 @@ type connFlags struct {
 	cluster     []string
 	db          int
 	queue       string
+	user        string
 	passwordEnv string
 }
 
@@ -33,6 +34,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.cluster, "cluster", nil, "Redis Cluster node addresses, `host:port,...`")
 	fs.IntVar(&c.db, "db", 0, "database `number` (single server and Sentinel only)")
 	fs.StringVar(&c.queue, "queue", envOr("DQ_QUEUE", defaultQueue), "queue `name` ($DQ_QUEUE)")
+	fs.StringVar(&c.user, "user", os.Getenv("DQ_REDIS_USER"), "Redis ACL user `name` ($DQ_REDIS_USER; default: the default user)")
 	fs.StringVar(&c.passwordEnv, "password-env", "DQ_REDIS_PASSWORD", "environment `variable` holding the Redis password")
 }
 
@@ -53,19 +55,19 @@ func (c *connFlags) client() (redis.UniversalClient, error) {
 		if c.db != 0 {
 			return nil, usagef("--db: a Redis Cluster has database 0 only")
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.cluster, Password: password}), nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.cluster, Username: c.user, Password: password}), nil
 	case len(c.sentinels) > 0:
 		if c.master == "" {
 			return nil, usagef("--sentinel needs --master, the primary's name")
 		}
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.master, SentinelAddrs: c.sentinels, DB: c.db,
-			Password: password, SentinelPassword: os.Getenv("DQ_SENTINEL_PASSWORD"),
+			Username: c.user, Password: password, SentinelPassword: os.Getenv("DQ_SENTINEL_PASSWORD"),
 		}), nil
 	case c.master != "":
 		return nil, usagef("--master goes with --sentinel")
 	}
-	return redis.NewClient(&redis.Options{Addr: c.addr, DB: c.db, Password: password}), nil
+	return redis.NewClient(&redis.Options{Addr: c.addr, DB: c.db, Username: c.user, Password: password}), nil
 }
 
 // queue opens the queue. Unless create is set, a queue that does not exist

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/dqueue/delayqueue/internal/syncbuf"
+	"github.com/dqueue/delayqueue/internal/tcpproxy"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -196,7 +200,10 @@ func TestDestructiveCommandsAskFirst(t *testing.T) {
 
 func TestRequeueOneAndPurge(t *testing.T) {
 	f := serverFixture(t)
-	assert.Equal(t, exitNotFound, f.run(t, "requeue", f.ready).code, "a job that is not dead")
+	r := f.run(t, "requeue", f.ready)
+	assert.Equal(t, exitUsage, r.code, "a job that is not dead")
+	assert.Contains(t, r.stderr, "is ready, not dead; nothing was changed")
+	assert.Equal(t, exitNotFound, f.run(t, "requeue", "no-such-job").code)
 	var res map[string]any
 	f.json(t, &res, "requeue", f.dead)
 	assert.Equal(t, f.dead, res["requeued"])
@@ -245,6 +252,41 @@ func TestWatch(t *testing.T) {
 	f.noLeases(t)
 }
 
+// TestWatchOutlivesAnOutage: while Redis cannot be reached, watch says so
+// and keeps going; once it is back, the refreshes go on, the rates
+// starting over.
+func TestWatchOutlivesAnOutage(t *testing.T) {
+	s := redistest.Shared(t)
+	proxy, err := tcpproxy.Start(s.Addr, true)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	f := newFixture(t, s.Client(t), "--addr", proxy.Addr)
+
+	cmd := exec.Command(binPath, append(append([]string{}, f.flags...),
+		"watch", "--json", "--count", "3", "--interval", "50ms")...)
+	cmd.Env = cleanEnv()
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	dec := json.NewDecoder(stdout)
+	type refresh struct{ Topics []topicJSON }
+	var docs [3]refresh
+	require.NoError(t, dec.Decode(&docs[0]))
+
+	proxy.SetUp(false)
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "trying again") },
+		time.Minute, 5*time.Millisecond, "watch says Redis cannot be read")
+	proxy.SetUp(true)
+	require.NoError(t, dec.Decode(&docs[1]))
+	require.NoError(t, dec.Decode(&docs[2]))
+	require.NoError(t, cmd.Wait(), "exit code 0 after --count refreshes; stderr: %s", stderr.String())
+	assert.Nil(t, docs[1].Topics[1].Rates, "no rates across the outage")
+	assert.NotNil(t, docs[2].Topics[1].Rates)
+}
+
 func TestExitCodes(t *testing.T) {
 	f := serverFixture(t)
 	client, flags := f.client, f.flags[:2]
@@ -259,6 +301,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"list", "two words"}, exitUsage, "invalid topic"},
 		{[]string{"list", "orders", "--cursor", "bogus"}, exitUsage, "invalid cursor"},
 		{[]string{"list", "orders", "--limit", "5000"}, exitUsage, "invalid limit"},
+		{[]string{"list", "orders", "--limit", "0"}, exitUsage, "invalid limit"},
 		{[]string{"push", "orders", "--delay", "soon"}, exitUsage, "invalid argument"},
 		{[]string{"push", "orders", "--delay", "1s", "--at", "2030-01-01T00:00:00Z"}, exitUsage, "exclude each other"},
 		{[]string{"push", "{orders}"}, exitUsage, "invalid topic"},
@@ -301,19 +344,53 @@ func TestPasswordFromTheEnvironment(t *testing.T) {
 	assert.Contains(t, r.stdout, "orders")
 }
 
+func TestACLUser(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "ops", "on", ">0ps-pw", "~*", "&*", "+@all").Err())
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "default", "off").Err())
+	client := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "ops", Password: "0ps-pw"})
+	t.Cleanup(func() { _ = client.Close() })
+	f := newFixture(t, client, "--addr", s.Addr)
+
+	r := ctl(t, []string{"DQ_REDIS_PASSWORD=0ps-pw"}, "", append(f.flags, "topics")...)
+	assert.Equal(t, exitError, r.code, "the default user is off")
+	r = ctl(t, []string{"DQ_REDIS_PASSWORD=0ps-pw"}, "", append(f.flags, "--user", "ops", "topics")...)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "orders")
+	r = ctl(t, []string{"DQ_REDIS_PASSWORD=0ps-pw", "DQ_REDIS_USER=ops"}, "", append(f.flags, "topics")...)
+	assert.Equal(t, 0, r.code, r.stderr)
+}
+
 func TestAskTakesOnlyYes(t *testing.T) {
 	var prompt strings.Builder
 	for answer, ok := range map[string]bool{"y\n": true, "YES\n": true, "n\n": false, "\n": false, "": false, "yes please\n": false} {
 		prompt.Reset()
-		err := ask(strings.NewReader(answer), true, &prompt, "Remove it?")
+		err := ask(context.Background(), strings.NewReader(answer), true, &prompt, "Remove it?")
 		assert.Equal(t, ok, err == nil, "%q", answer)
 		assert.Equal(t, "Remove it? [y/N] ", prompt.String())
 		if err != nil {
 			assert.Equal(t, exitUsage, exitCode(err))
 		}
 	}
-	err := ask(strings.NewReader("y\n"), false, &prompt, "Remove it?")
+	err := ask(context.Background(), strings.NewReader("y\n"), false, &prompt, "Remove it?")
 	assert.Equal(t, exitUsage, exitCode(err), "no terminal, no question")
+}
+
+// TestAskEndsOnCtrlC: with no answer typed, Ctrl-C (the context ending)
+// is a no, not a hang.
+func TestAskEndsOnCtrlC(t *testing.T) {
+	r, w := io.Pipe()
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var prompt strings.Builder
+	done := make(chan error, 1)
+	go func() { done <- ask(ctx, r, true, &prompt, "Remove it?") }()
+	cancel()
+	err := <-done
+	assert.Equal(t, exitUsage, exitCode(err))
+	assert.ErrorContains(t, err, "not confirmed")
 }
 
 // TestHeadersAndNamesComeBackAsGiven: a header's value keeps its commas and
@@ -345,4 +422,22 @@ func TestLookingWritesNothing(t *testing.T) {
 		f.ok(t, args...)
 	}
 	assert.Equal(t, before, f.client.HGetAll(ctx, meta).Val())
+}
+
+// TestPrintableKeepsTheTerminalHonest: text that would move the cursor
+// back over what was shown, or reorder it, is dumped in hex instead.
+func TestPrintableKeepsTheTerminalHonest(t *testing.T) {
+	for body, ok := range map[string]bool{
+		"plain text\n":            true,
+		"tab\tand CRLF\r\nlines":  true,
+		"ünïcödé":                 true,
+		"paid\rNOT PAID":          false, // a lone CR
+		"ends in CR\r":            false,
+		"abc\u202edcba":           false, // right-to-left override
+		"bell\a":                  false,
+		"escape \x1b[2J sequence": false,
+		"\xff\xfe":                false,
+	} {
+		assert.Equal(t, ok, printable([]byte(body)), "%q", body)
+	}
 }

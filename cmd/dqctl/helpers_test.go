@@ -52,7 +52,7 @@ type result struct {
 func ctl(t *testing.T, env []string, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
-	cmd.Env = append(append(os.Environ(), "DQ_ADDR=", "DQ_QUEUE=", "DQ_REDIS_PASSWORD="), env...)
+	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -62,6 +62,12 @@ func ctl(t *testing.T, env []string, stdin string, args ...string) result {
 		t.Fatalf("run dqctl %q: %v", args, err)
 	}
 	return result{out.String(), errOut.String(), cmd.ProcessState.ExitCode()}
+}
+
+// cleanEnv is the environment without the variables dqctl reads, so that
+// only what a test sets reaches it.
+func cleanEnv() []string {
+	return append(os.Environ(), "DQ_ADDR=", "DQ_QUEUE=", "DQ_REDIS_USER=", "DQ_REDIS_PASSWORD=")
 }
 
 // fixture is a queue of its own on a real Redis, with a job in every

@@ -49,6 +49,9 @@ on stderr, or as "next" with --json. --all follows the cursors to the end.`,
 			if err != nil {
 				return err
 			}
+			if limit < 1 { // the library reads 0 as its default page
+				return fmt.Errorf("%w: --limit %d; a page holds 1 to 1000 jobs", delayqueue.ErrInvalidLimit, limit)
+			}
 			var jobs []*delayqueue.Job
 			for {
 				page, err := q.List(ctx, args[0], st, delayqueue.ListOptions{Cursor: cursor, Limit: limit})
@@ -218,8 +221,8 @@ queue when it does not exist.`,
 	f.DurationVar(&job.Delay, "delay", 0, "due after this `duration`, such as 30s or 2h")
 	f.StringVar(&at, "at", "", "due at this RFC 3339 `time`")
 	f.StringVar(&job.ID, "id", "", "the job's ID (default: a generated one)")
-	f.DurationVar(&job.TTR, "ttr", 0, "time to run once popped (default: the queue's)")
-	f.IntVar(&job.MaxAttempts, "max-attempts", 0, "deliveries before it goes dead (default: the queue's)")
+	f.DurationVar(&job.TTR, "ttr", 0, "time to run once popped (default: 30s, the library's; dqctl does not know the workers' options)")
+	f.IntVar(&job.MaxAttempts, "max-attempts", 0, "deliveries before it goes dead (default: 10, the library's)")
 	f.StringArrayVar(&headers, "header", nil, "a header, `key=value` (the value as given, commas and quotes too); repeat for more")
 	return cmd
 }
@@ -253,7 +256,7 @@ confirmation unless --yes.`,
 			if err != nil {
 				return err
 			}
-			if err := a.confirm(fmt.Sprintf("Remove %s job %q of topic %q?", j.State, j.ID, j.Topic)); err != nil {
+			if err := a.confirm(ctx, fmt.Sprintf("Remove %s job %q of topic %q?", j.State, j.ID, j.Topic)); err != nil {
 				return err
 			}
 			if err := q.Remove(ctx, j.ID); err != nil {

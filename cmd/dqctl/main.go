@@ -151,8 +151,9 @@ stdin they refuse.
 Exit codes:
   0  success
   1  any other error, such as Redis unreachable
-  2  usage error, bad input (state, duration, topic, ID, cursor), or a
-     destructive command not confirmed
+  2  usage error, bad input (state, duration, topic, ID, cursor, limit,
+     a job not in the state the command needs), or a destructive command
+     not confirmed
   3  not found: no such job, or no such queue`
 
 func (a *app) rootCommand() *cobra.Command {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,13 @@ every dead job of a topic (asks first unless --yes).`,
 		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
 			if !all {
 				if err := q.RequeueDead(ctx, args[0]); err != nil {
+					if !errors.Is(err, delayqueue.ErrNotFound) {
+						return err
+					}
+					// Not dead: say what it is, when it is there at all.
+					if j, gerr := q.Get(ctx, args[0]); gerr == nil {
+						return usagef("job %s is %s, not dead; nothing was changed", escape(j.ID, 200), j.State)
+					}
 					return err
 				}
 				return a.done(map[string]any{"requeued": args[0]}, "requeued %s", args[0])
@@ -90,7 +98,7 @@ func (a *app) allDead(ctx context.Context, q *delayqueue.DelayQueue, topic, prom
 	if err != nil {
 		return err
 	}
-	if err := a.confirm(fmt.Sprintf(prompt, c.Dead, topic)); err != nil {
+	if err := a.confirm(ctx, fmt.Sprintf(prompt, c.Dead, topic)); err != nil {
 		return err
 	}
 	n, err := op(ctx, topic)
@@ -102,23 +110,35 @@ func (a *app) allDead(ctx context.Context, q *delayqueue.DelayQueue, topic, prom
 
 // confirm asks prompt on the terminal, unless --yes. Without a terminal on
 // stdin it refuses rather than hang or go ahead: a script must say --yes.
-func (a *app) confirm(prompt string) error {
+func (a *app) confirm(ctx context.Context, prompt string) error {
 	if a.yes {
 		return nil
 	}
-	return ask(a.stdin, isTerminal(a.stdin), a.stderr, prompt)
+	return ask(ctx, a.stdin, isTerminal(a.stdin), a.stderr, prompt)
 }
 
-// ask is confirm's dialogue: nil only for an answer of y or yes.
-func ask(in io.Reader, terminal bool, out io.Writer, prompt string) error {
+// ask is confirm's dialogue: nil only for an answer of y or yes. Ctrl-C
+// (ctx ending) while it waits is a no.
+func ask(ctx context.Context, in io.Reader, terminal bool, out io.Writer, prompt string) error {
 	if !terminal {
 		return usagef("%s Not confirmed: stdin is not a terminal; pass --yes to go ahead", prompt)
 	}
 	fmt.Fprintf(out, "%s [y/N] ", prompt)
-	line, _ := bufio.NewReader(in).ReadString('\n')
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return nil
+	// The read cannot be called off: on Ctrl-C it is left waiting, and
+	// dqctl exits without it.
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(in).ReadString('\n')
+		answer <- line
+	}()
+	select {
+	case line := <-answer:
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			return nil
+		}
+	case <-ctx.Done():
+		fmt.Fprintln(out)
 	}
 	return usagef("not confirmed; nothing was changed")
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dqueue/delayqueue"
+	"github.com/dqueue/delayqueue/internal/visible"
 )
 
 // printJSON writes v as one indented JSON document.
@@ -37,30 +37,13 @@ func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\
 
 func (t *table) flush() error { return t.tw.Flush() }
 
-// escape shows s on one line, with control characters and invalid UTF-8
-// as Go escapes, cut to at most n runes with "…".
+// escape shows s on one line (see visible.Escape), cut to at most n runes
+// with "…".
 func escape(s string, n int) string {
-	cut := false
 	if utf8.RuneCountInString(s) > n {
-		s, cut = string([]rune(s)[:n]), true // invalid bytes become U+FFFD
+		return visible.Escape(string([]rune(s)[:n])) + "…" // invalid bytes become U+FFFD
 	}
-	// What a terminal shows as it is stays as it is, backslashes too, so
-	// that a printed topic or ID can be given back as an argument; the
-	// rest (control and format characters, invalid bytes) is escaped.
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsPrint(r) {
-			b.WriteRune(r)
-		} else {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-	}
-	q := b.String()
-	if cut {
-		q += "…"
-	}
-	return q
+	return visible.Escape(s)
 }
 
 // bodyPreview is the start of a body for a table: escaped text, or hex.
@@ -80,8 +63,16 @@ func printable(b []byte) bool {
 	if !utf8.Valid(b) {
 		return false
 	}
-	for _, r := range string(b) {
-		if !unicode.IsPrint(r) && r != '\n' && r != '\t' && r != '\r' {
+	s := string(b)
+	for i, r := range s {
+		switch {
+		case r == '\r':
+			// Only as part of a CRLF: alone, it takes the cursor back
+			// over what the line showed.
+			if !strings.HasPrefix(s[i+1:], "\n") {
+				return false
+			}
+		case !unicode.IsPrint(r) && r != '\n' && r != '\t':
 			return false
 		}
 	}

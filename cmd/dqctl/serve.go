@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/dqueue/delayqueue"
@@ -15,32 +16,42 @@ import (
 func (a *app) serveCommand() *cobra.Command {
 	var (
 		listen   string
+		prefix   string
 		readOnly bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the web dashboard",
-		Long: `Serve the web dashboard on --listen until Ctrl-C; with --read-only it shows
-the queue and changes nothing. It listens on loopback by default: put it
-behind authentication before listening anywhere else.`,
+		Long: `Serve the web dashboard on --listen until Ctrl-C, under --prefix when given;
+with --read-only it shows the queue and changes nothing. It listens on
+loopback by default: put it behind authentication before listening
+anywhere else.`,
 		Args: exactArgs(0),
 		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, _ []string) error {
-			return a.serve(ctx, listen, dashboard.New(q, dashboard.Options{ReadOnly: readOnly}))
+			prefix = strings.TrimSuffix(prefix, "/")
+			if prefix != "" && (!strings.HasPrefix(prefix, "/") || strings.ContainsAny(prefix, "?#")) {
+				return usagef("--prefix %q: a path such as /admin/queue", prefix)
+			}
+			d := dashboard.New(q, dashboard.Options{ReadOnly: readOnly, Prefix: prefix})
+			mux := http.NewServeMux()
+			mux.Handle(prefix+"/", http.StripPrefix(prefix, d))
+			return a.serve(ctx, listen, prefix, mux)
 		}),
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "`address` to listen on")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "`path` to serve the dashboard under, such as /admin/queue")
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the queue, allow no change")
 	return cmd
 }
 
-// serve serves h on addr until ctx ends, then shuts down gracefully.
-func (a *app) serve(ctx context.Context, addr string, h http.Handler) error {
+// serve serves h on addr, its dashboard under prefix, until ctx ends, then shuts down gracefully.
+func (a *app) serve(ctx context.Context, addr, prefix string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(a.stderr, "dqctl: serving the dashboard of queue %s on http://%s/\n", a.conn.queue, ln.Addr())
+	fmt.Fprintf(a.stderr, "dqctl: serving the dashboard of queue %s on http://%s%s/\n", a.conn.queue, ln.Addr(), prefix)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

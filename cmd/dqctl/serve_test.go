@@ -22,7 +22,7 @@ func startServe(t *testing.T, f *fixture, extra ...string) string {
 	t.Helper()
 	args := append(append(append([]string{}, f.flags...), "serve", "--listen", "127.0.0.1:0"), extra...)
 	cmd := exec.Command(binPath, args...)
-	cmd.Env = append(os.Environ(), "DQ_ADDR=", "DQ_QUEUE=", "DQ_REDIS_PASSWORD=")
+	cmd.Env = cleanEnv()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -78,4 +78,18 @@ func TestServeReadOnlyRefusesActions(t *testing.T) {
 	paused, err := f.q.PausedTopics(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"paused"}, paused)
+}
+
+func TestServeUnderAPrefix(t *testing.T) {
+	f := serverFixture(t)
+	base := startServe(t, f, "--prefix", "/admin/queue/")
+	require.True(t, strings.HasSuffix(base, "/admin/queue/"), base)
+	code, page := get(t, base)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, `href="/admin/queue/topics/orders"`, "links under the prefix")
+	code, _ = get(t, strings.TrimSuffix(base, "admin/queue/"))
+	assert.Equal(t, http.StatusNotFound, code, "nothing outside it")
+
+	r := f.run(t, "serve", "--prefix", "admin")
+	assert.Equal(t, exitUsage, r.code, r.stderr)
 }

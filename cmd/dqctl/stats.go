@@ -140,7 +140,9 @@ lateness (the age of the oldest ready job) and the rates: the net change of
 each count per second since the refresh before. A rate is not a throughput:
 a ready count that stays the same while consumers keep up shows +0.0/s.
 On a terminal the screen is redrawn; otherwise the refreshes follow one
-another (with --json: one JSON document per refresh).`
+another (with --json: one JSON document per refresh). When Redis cannot
+be read, watch says so on stderr and tries again at the next refresh; the
+rates start over once it reads again.`
 
 func (a *app) watchCommand() *cobra.Command {
 	var (
@@ -160,7 +162,7 @@ func (a *app) watchCommand() *cobra.Command {
 		}),
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between refreshes")
-	cmd.Flags().IntVar(&count, "count", 0, "stop after this many refreshes (0: until Ctrl-C)")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many refreshes shown (0: until Ctrl-C)")
 	return cmd
 }
 
@@ -170,13 +172,21 @@ func (a *app) watch(ctx context.Context, q *delayqueue.DelayQueue, interval time
 	defer tick.Stop()
 	var prev delayqueue.Overview
 	var prevAt time.Time
-	for n := 1; ; n++ {
+	for n := 1; ; {
 		ov, err := q.Overview(ctx)
 		if ctx.Err() != nil {
 			return nil // Ctrl-C
 		}
 		if err != nil {
-			return err
+			// A failover or a restart: say so, and look again.
+			fmt.Fprintf(a.stderr, "dqctl: %s: %v; trying again in %v\n", time.Now().Format("15:04:05"), err, interval)
+			prevAt = time.Time{}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			continue
 		}
 		now := time.Now()
 		topics := topicsOf(ov)
@@ -199,6 +209,7 @@ func (a *app) watch(ctx context.Context, q *delayqueue.DelayQueue, interval time
 		if n == count {
 			return nil
 		}
+		n++
 		select {
 		case <-ctx.Done():
 			return nil
