@@ -263,3 +263,108 @@ func TestClusterReshardingABusyBucketLosesNothing(t *testing.T) {
 	assert.Zero(t, lost, "no acknowledged job is lost when a slot moves")
 
 }
+
+// TestClusterASubscriptionSentToTheWrongNodeIsSentAgain starts a queue on a
+// client whose slot map is stale: it sends every sharded subscription to one
+// master, which refuses those of the other masters' slots with MOVED (and
+// go-redis drops the refusal). The notifier must send them again, to the
+// right masters, or a bucket handler there never hears a push.
+func TestClusterASubscriptionSentToTheWrongNodeIsSentAgain(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.SharedCluster(t)
+	mc := redis.NewClient(&redis.Options{Addr: c.Masters[0].Addr})
+	defer mc.Close()
+	slots, err := mc.ClusterSlots(ctx).Result()
+	require.NoError(t, err)
+	var stale atomic.Bool
+	stale.Store(true)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: c.Addrs(),
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			if stale.Load() { // as if every slot were still on the first master
+				return []redis.ClusterSlot{{Start: 0, End: slot.Count - 1, Nodes: []redis.ClusterNode{{Addr: c.Masters[0].Addr}}}}, nil
+			}
+			return slots, nil
+		},
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	q := newQueue(t, cc, WithSafetyPoll(time.Hour), WithLease(time.Hour))
+	last := q.opts.buckets - 1 // on the last master
+	require.NotEqual(t, c.Masters[0].Addr, masterOf(t, c.Masters[0].Addr, slot.Of(q.keys.bucket(last).wake)))
+
+	startQueue(t, q)
+	_, err = q.Pop(ctx, "t", 0) // subscribes to the ready channels
+	require.ErrorIs(t, err, ErrNoJob)
+	n, err := q.notifier(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // every subscription was sent, to the first master
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		sub := n.subs[last]
+		return sub != nil && sub.done != nil && len(sub.confirmed) == 2
+	}, 30*time.Second, time.Millisecond)
+	stale.Store(false) // the slot map is right from now on
+	cc.ReloadState(ctx)
+
+	id := "j"
+	for i := 0; bucketOf(id, q.opts.buckets) != last; i++ {
+		id = fmt.Sprintf("j%d", i)
+	}
+	got := popAsync(q, "t", time.Minute)
+	pushed(t, q, &Job{ID: id, Topic: "t", Delay: 100 * time.Millisecond})
+	assert.Equal(t, id, received(t, got).ID, "the push woke the bucket's handler")
+}
+
+// masterOf returns the address of the master that serves slot s, as the
+// node at addr sees it.
+func masterOf(t *testing.T, addr string, s int) string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	slots, err := c.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	for _, r := range slots {
+		if s >= r.Start && s <= r.End {
+			return r.Nodes[0].Addr
+		}
+	}
+	return ""
+}
+
+// TestClusterASubscriptionCutOffIsSentAgainToItsNode cuts every pub/sub
+// connection of a queue. go-redis dials a sharded subscription's connection
+// again to a random node (it routes by the channels of SUBSCRIBE only), which
+// refuses it with MOVED unless it owns the bucket's slot; the notifier must
+// subscribe again on the right one, or the bucket handlers there never hear
+// a push.
+func TestClusterASubscriptionCutOffIsSentAgainToItsNode(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.StartCluster(t, 3, 0)
+	cc := redistest.ClusterClient(t, c)
+	q := newQueue(t, cc, WithSafetyPoll(time.Hour), WithLease(time.Hour))
+	startQueue(t, q)
+	subscribed(t, q, "t")
+	for _, m := range c.Masters {
+		mc := redis.NewClient(&redis.Options{Addr: m.Addr})
+		require.NoError(t, mc.ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+		_ = mc.Close()
+	}
+
+	want, buckets := map[string]bool{}, map[int]bool{}
+	for i := 0; len(want) < q.opts.buckets; i++ { // a job in every bucket
+		id := fmt.Sprintf("j%d", i)
+		if b := bucketOf(id, q.opts.buckets); !buckets[b] {
+			want[id], buckets[b] = true, true
+		}
+	}
+	for id := range want {
+		pushed(t, q, &Job{ID: id, Topic: "t", Delay: 100 * time.Millisecond})
+	}
+	for range want {
+		job, err := q.Pop(ctx, "t", 30*time.Second)
+		require.NoError(t, err, "every bucket's handler heard its push")
+		assert.True(t, want[job.ID])
+		delete(want, job.ID)
+		require.NoError(t, q.Finish(ctx, job.ID))
+	}
+}

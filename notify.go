@@ -26,12 +26,15 @@ import (
 // subscribed), makes everyone behind the channel look at Redis again. When a
 // bucket's slot moves to another master, that master's Redis drops the sharded
 // subscriptions; the notifier then subscribes anew on the bucket's new master.
-// No lock of the notifier is held while it talks to Redis.
+// So it does when Redis refuses a subscription: a sharded one sent to a node
+// that does not own the bucket's slot, as go-redis does whenever its slot
+// map is out of date. No lock of the notifier is held while it talks to
+// Redis.
 type notifier struct {
 	env    notifierEnv
 	ctx    context.Context // ends at close; for re-subscribing in the background
 	cancel context.CancelFunc
-	moves  sync.WaitGroup // re-subscriptions under way
+	moves  sync.WaitGroup // re-subscriptions under way (see replace)
 	sends  sync.WaitGroup // subscriptions being sent
 
 	mu       sync.Mutex
@@ -40,7 +43,7 @@ type notifier struct {
 	topics   map[string]*topicWatch
 	watched  map[string]bool // topics whose subscription was sent
 	handlers []bucketWaker   // by bucket; nil where this process does not move
-	dropped  []*subscription // replaced after a slot move; their readers may still run
+	dropped  []*subscription // replaced (refused, or their slot moved); their readers may still run
 	closed   bool
 }
 

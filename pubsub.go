@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -12,8 +14,9 @@ import (
 )
 
 // The notifier's pub/sub connections: subscribing without waiting,
-// reading, confirmations, re-subscribing when a Cluster slot moves, and
-// closing. What a message means is notify.go's business (dispatch).
+// reading, confirmations, subscribing again when Redis refuses a
+// subscription or a Cluster slot moves, and closing. What a message means is
+// notify.go's business (dispatch).
 
 // subscription is one pub/sub connection and its reader goroutine.
 type subscription struct {
@@ -21,7 +24,8 @@ type subscription struct {
 	ps        *redis.PubSub
 	done      chan struct{}            // closed when the reader returns; nil until it runs
 	confirmed map[string]chan struct{} // closed at the channel's first confirmation
-	moved     bool                     // Redis dropped it: its slot went to another master
+	dropped   bool                     // out of use: refused, or its slot went to another master
+	refusals  int                      // refusals of its channels in a row, up to its making
 	closing   sync.Once
 }
 
@@ -37,6 +41,12 @@ func (sub *subscription) closePS() error {
 // cannot be sent now is sent again by go-redis when its reader reconnects.
 // It returns the subscriptions of the channels, and ErrClosed after close.
 func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error) {
+	return n.send(channels, 0)
+}
+
+// send is subscribe, for channels whose subscriptions Redis refused
+// refusals times in a row.
+func (n *notifier) send(channels map[string]route, refusals int) ([]*subscription, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -54,7 +64,7 @@ func (n *notifier) subscribe(channels map[string]route) ([]*subscription, error)
 		if sub == nil {
 			// No round trip: go-redis connects at the first (S)SUBSCRIBE,
 			// to the node that owns that channel's slot.
-			sub = &subscription{key: key, confirmed: map[string]chan struct{}{}}
+			sub = &subscription{key: key, confirmed: map[string]chan struct{}{}, refusals: refusals}
 			if n.env.sharded {
 				sub.ps = n.env.client.SSubscribe(n.ctx)
 			} else {
@@ -104,11 +114,7 @@ func (n *notifier) startReader(sub *subscription) {
 		return
 	}
 	sub.done = make(chan struct{})
-	msgs := sub.ps.ChannelWithSubscriptions(
-		redis.WithChannelSize(1024),
-		redis.WithChannelHealthCheckInterval(max(n.env.poll, time.Second)),
-	)
-	go n.read(sub, msgs)
+	go n.read(sub)
 }
 
 // confirmedAll waits until Redis has confirmed every channel of the
@@ -132,20 +138,70 @@ func (n *notifier) confirmedAll(ctx context.Context, subs []*subscription) error
 	return nil
 }
 
-func (n *notifier) read(sub *subscription, msgs <-chan any) {
+// read reads the subscription's connection until it is closed, or Redis
+// refuses the subscription. It reads the replies itself, not through
+// go-redis's channel, which drops an error reply without a word: Redis
+// refuses an SSUBSCRIBE sent to a node that does not own the channel's slot
+// (MOVED), and go-redis sends it to such a node whenever its slot map is out
+// of date (a new client of a cluster whose nodes are still learning the
+// slots, a slot that moved, a failover) and whenever it dials again after a
+// broken connection (to a random node: it routes by the channels of
+// SUBSCRIBE only). Such a subscription carries nothing, ever: a refusal has
+// it replaced. As go-redis's channel does, it pings a connection idle for
+// the health check interval, and go-redis dials again, and subscribes anew,
+// when a connection breaks.
+func (n *notifier) read(sub *subscription) {
 	defer close(sub.done)
-	for msg := range msgs {
+	idle := max(n.env.poll, time.Second) // pub/sub health checks no rarer than the safety poll
+	errs := 0                            // connection errors in a row
+	for {
+		msg, err := sub.ps.ReceiveTimeout(n.ctx, idle)
+		var reply redis.Error
+		var netErr net.Error
+		switch {
+		case err == nil:
+			errs = 0
+		case errors.Is(err, redis.ErrClosed) || n.ctx.Err() != nil:
+			return
+		case errors.As(err, &reply):
+			n.refused(sub, err)
+			return
+		case errors.As(err, &netErr) && netErr.Timeout():
+			// Idle: a ping whose write fails has go-redis dial again.
+			_ = sub.ps.Ping(n.ctx)
+			continue
+		default:
+			// go-redis dials again at the next receive; not in a tight
+			// loop while the node is down.
+			errs++
+			if !n.pause(retryBackoff(errs)) {
+				return
+			}
+			continue
+		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
 				n.confirm(sub, m.Channel)
 			case "sunsubscribe": // never asked for: the slot moved away
-				n.moved(sub)
+				n.replace(sub, 0)
 			}
 		case *redis.Message:
 			n.dispatch(m.Channel, m.Payload, false)
 		}
+	}
+}
+
+// pause waits for d, and reports false when the notifier closes first.
+func (n *notifier) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.ctx.Done():
+		return false
 	}
 }
 
@@ -162,62 +218,59 @@ func (n *notifier) confirm(sub *subscription, channel string) {
 			close(c)
 		}
 	}
+	sub.refusals = 0
 	n.mu.Unlock()
 	n.dispatch(channel, "", true)
 }
 
-// moved replaces a subscription that Redis dropped because its bucket's slot
-// went to another master: it subscribes again, on the new master, until
-// Redis confirms it there (which makes everyone behind it look again) or the
+// warnRefusals is how many refusals in a row of a subscription's channels
+// are logged as a warning: the first ones are the normal course after a
+// slot moved, until go-redis has learnt its new owner.
+const warnRefusals = 8
+
+// refused replaces a subscription that Redis refused (err): sent to a node
+// that does not own its slot, say.
+func (n *notifier) refused(sub *subscription, err error) {
+	n.mu.Lock()
+	refusals := sub.refusals + 1
+	n.mu.Unlock()
+	level := slog.LevelDebug
+	if refusals == warnRefusals {
+		level = slog.LevelWarn
+	}
+	attrs := []any{attrError, err, "refusals", refusals}
+	if n.env.sharded {
+		attrs = append(attrs, attrBucket, sub.key)
+	}
+	n.env.logger.Log(n.ctx, level, "delayqueue: Redis refused a subscription; subscribing again", attrs...)
+	n.replace(sub, refusals)
+}
+
+// replace takes a subscription out of use and subscribes to its channels
+// anew, in the background, once the client has been asked to learn where
+// their slot is now: after a short wait when the slot moved (refusals is 0),
+// longer the more often Redis refused them in a row. Redis's confirmation
+// of the new subscription makes everyone behind its channels look at Redis
+// again; a refusal of it, or another move, replaces it in turn, until the
 // notifier closes.
-func (n *notifier) moved(sub *subscription) {
+func (n *notifier) replace(sub *subscription, refusals int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed || sub.moved {
+	if n.closed || sub.dropped {
 		return
 	}
 	n.dropLocked(sub)
 	channels := map[string]route{}
-	for ch := range sub.confirmed {
+	for ch := range sub.confirmed { // a Pop may have added a topic since it was sent
 		channels[ch] = n.routes[ch]
 	}
 	n.moves.Add(1)
 	go func() {
 		defer n.moves.Done()
 		_ = sub.closePS()
-		for attempt := 1; n.ctx.Err() == nil; attempt++ {
-			n.env.slotMoved(n.ctx) // have go-redis learn the new owner
-			subs, err := n.subscribe(channels)
-			if err != nil {
-				return // closed
-			}
-			ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
-			err = n.confirmedAll(ctx, subs)
-			cancel()
-			if err == nil {
-				return
-			}
-			// Not confirmed in time: still on the old master, say. Drop
-			// it and subscribe afresh.
-			n.mu.Lock()
-			for _, retry := range subs {
-				if !retry.moved {
-					n.dropLocked(retry)
-					for ch := range retry.confirmed { // a Pop may have added a topic meanwhile
-						channels[ch] = n.routes[ch]
-					}
-				}
-			}
-			n.mu.Unlock()
-			for _, retry := range subs {
-				_ = retry.closePS()
-			}
-			wait := time.NewTimer(retryBackoff(attempt))
-			select {
-			case <-wait.C:
-			case <-n.ctx.Done():
-				wait.Stop()
-			}
+		n.env.slotMoved(n.ctx) // in the background: give it time
+		if n.pause(retryBackoff(refusals + 1)) {
+			_, _ = n.send(channels, refusals) // fails only when closed
 		}
 	}()
 }
@@ -226,10 +279,22 @@ func (n *notifier) moved(sub *subscription) {
 // its channels to be confirmed goes on: the safety poll, and the look that
 // follows the new subscription, cover what it may miss.
 func (n *notifier) dropLocked(sub *subscription) {
-	sub.moved = true
+	sub.dropped = true
 	if n.subs[sub.key] == sub {
 		delete(n.subs, sub.key)
 	}
+	// Forget those dropped before whose readers have returned.
+	n.dropped = slices.DeleteFunc(n.dropped, func(d *subscription) bool {
+		if d.done == nil {
+			return false
+		}
+		select {
+		case <-d.done:
+			return true
+		default:
+			return false
+		}
+	})
 	n.dropped = append(n.dropped, sub)
 	for _, c := range sub.confirmed {
 		select {
