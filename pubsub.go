@@ -149,25 +149,36 @@ func (n *notifier) confirmedAll(ctx context.Context, subs []*subscription) error
 // SUBSCRIBE only). Such a subscription carries nothing, ever: a refusal has
 // it replaced. As go-redis's channel does, it pings a connection idle for
 // the health check interval, and go-redis dials again, and subscribes anew,
-// when a connection breaks.
+// when a connection breaks; a ping left unanswered for an interval has the
+// subscription replaced too.
 func (n *notifier) read(sub *subscription) {
 	defer close(sub.done)
 	idle := max(n.env.poll, time.Second) // pub/sub health checks no rarer than the safety poll
 	errs := 0                            // connection errors in a row
+	pinged := false                      // a ping went, and nothing came back since
 	for {
 		msg, err := sub.ps.ReceiveTimeout(n.ctx, idle)
 		var reply redis.Error
 		var netErr net.Error
 		switch {
 		case err == nil:
-			errs = 0
+			errs, pinged = 0, false
 		case errors.Is(err, redis.ErrClosed) || n.ctx.Err() != nil:
 			return
 		case errors.As(err, &reply):
 			n.refused(sub, err)
 			return
 		case errors.As(err, &netErr) && netErr.Timeout():
+			if pinged {
+				// No answer to the ping in a whole interval: a link that
+				// broke without a word (a peer gone, a partition), which
+				// TCP would take minutes to notice. Start afresh.
+				n.env.logger.Debug("delayqueue: no answer on a subscription; subscribing again", attrError, err)
+				n.replace(sub, 0)
+				return
+			}
 			// Idle: a ping whose write fails has go-redis dial again.
+			pinged = true
 			_ = sub.ps.Ping(n.ctx)
 			continue
 		default:
@@ -224,8 +235,10 @@ func (n *notifier) confirm(sub *subscription, channel string) {
 }
 
 // warnRefusals is how many refusals in a row of a subscription's channels
-// are logged as a warning: the first ones are the normal course after a
-// slot moved, until go-redis has learnt its new owner.
+// are logged as a warning, and again at each power of it (a refusal that
+// lasts, such as NOAUTH, says so now and then): the first ones are the
+// normal course after a slot moved, until go-redis has learnt its new
+// owner.
 const warnRefusals = 8
 
 // refused replaces a subscription that Redis refused (err): sent to a node
@@ -235,8 +248,10 @@ func (n *notifier) refused(sub *subscription, err error) {
 	refusals := sub.refusals + 1
 	n.mu.Unlock()
 	level := slog.LevelDebug
-	if refusals == warnRefusals {
-		level = slog.LevelWarn
+	for w := warnRefusals; w <= refusals; w *= warnRefusals {
+		if w == refusals { // at 8, 64, 512, ... refusals in a row
+			level = slog.LevelWarn
+		}
 	}
 	attrs := []any{attrError, err, "refusals", refusals}
 	if n.env.sharded {

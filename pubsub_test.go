@@ -3,10 +3,13 @@ package delayqueue
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/flakyconn"
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/dqueue/delayqueue/internal/tcpproxy"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,4 +102,42 @@ func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 		wakes, _ := fakes[1].seen()
 		assert.Equal(t, time.Duration(0), wakes[len(wakes)-1], "the confirmation after the reconnect has the handler look at once")
 	})
+}
+
+// TestASilentSubscriptionIsReplaced: a pub/sub connection that goes silent
+// without breaking (a peer gone, a partition), which TCP takes minutes to
+// notice, is replaced once a ping goes unanswered for an interval.
+func TestASilentSubscriptionIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	proxy, err := tcpproxy.Start(s.Addr, true)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	q := newQueue(t, c, WithSafetyPoll(time.Second))
+	startQueue(t, q)
+
+	// The IDs of the server's pub/sub connections.
+	subscribers := func() []string {
+		list, err := admin.ClientList(ctx).Result()
+		require.NoError(t, err)
+		var ids []string
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " flags=P ") {
+				id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	var before []string
+	require.Eventually(t, func() bool { before = subscribers(); return len(before) == 1 },
+		30*time.Second, 5*time.Millisecond, "the queue subscribes")
+
+	proxy.Stall()
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(subscribers(), func(id string) bool { return id != before[0] })
+	}, 30*time.Second, 10*time.Millisecond, "a new subscription replaces the silent one")
 }

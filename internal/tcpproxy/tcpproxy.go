@@ -4,9 +4,9 @@ package tcpproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy relays connections from Addr to a target address while it is up.
@@ -17,10 +17,11 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	up    bool
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	up     bool
+	conns  map[net.Conn]bool
+	stalls map[*atomic.Bool]bool // of the relays running
+	wg     sync.WaitGroup
 }
 
 // Start listens on a free loopback port and relays to target; up says
@@ -30,7 +31,7 @@ func Start(target string, up bool) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, up: up, conns: map[net.Conn]bool{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, up: up, conns: map[net.Conn]bool{}, stalls: map[*atomic.Bool]bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -45,6 +46,17 @@ func (p *Proxy) SetUp(up bool) {
 		for c := range p.conns {
 			_ = c.Close()
 		}
+	}
+}
+
+// Stall has the connections relayed so far go silent, as over a link that
+// broke without a word: they stay open, and what either side sends is
+// dropped. Connections made later are relayed as usual.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.stalls {
+		s.Store(true)
 	}
 }
 
@@ -86,11 +98,31 @@ func (p *Proxy) relay(c net.Conn) {
 		return
 	}
 	defer p.untrack(s)
+	stalled := new(atomic.Bool)
+	p.mu.Lock()
+	p.stalls[stalled] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.stalls, stalled)
+		p.mu.Unlock()
+	}()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !stalled.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		_ = dst.Close()
 		_ = src.Close()
 	}
