@@ -63,7 +63,10 @@ type Options struct {
 	// Prefix is the path the dashboard is mounted under, such as
 	// "/admin/queue", for its links, forms and cookies. Default: found
 	// from each request, as the part of its path that http.StripPrefix
-	// took away; set it when a proxy in front rewrites paths.
+	// took away; set it when a proxy in front rewrites paths. Keep it to
+	// ASCII letters, digits, "-_.~" and "/": http.StripPrefix compares a
+	// prefix with the escaped path too, which spells any other character
+	// as %XX.
 	Prefix string
 	// Logger receives the errors of Redis that pages meet. Default:
 	// slog.Default().

@@ -92,7 +92,9 @@ func backlog(ctx context.Context, b *bench) (figures, error) {
 }
 
 // logEveryCommand has every node's SLOWLOG keep every command, up to room
-// for calls of them, starting empty; restore puts the settings back.
+// for calls of them, starting empty; restore puts the settings back, and
+// empties the log of what it kept, on every node it changed, however far
+// it got.
 func (b *bench) logEveryCommand(ctx context.Context, calls int) (restore func(), err error) {
 	var undo []func()
 	restore = func() {
@@ -106,17 +108,19 @@ func (b *bench) logEveryCommand(ctx context.Context, calls int) (restore func(),
 			restore()
 			return nil, fmt.Errorf("config get slowlog-*: %w", err)
 		}
+		undo = append(undo, func() {
+			bg := context.Background() // after Ctrl-C too
+			for k, v := range old {
+				_ = node.ConfigSet(bg, k, v).Err()
+			}
+			_ = node.SlowLogReset(bg).Err()
+		})
 		for k, v := range map[string]string{"slowlog-log-slower-than": "0", "slowlog-max-len": fmt.Sprint(calls)} {
 			if err := node.ConfigSet(ctx, k, v).Err(); err != nil {
 				restore()
 				return nil, fmt.Errorf("config set %s: %w", k, err)
 			}
 		}
-		undo = append(undo, func() {
-			for k, v := range old {
-				_ = node.ConfigSet(context.Background(), k, v).Err()
-			}
-		})
 		if err := node.SlowLogReset(ctx).Err(); err != nil {
 			restore()
 			return nil, fmt.Errorf("slowlog reset: %w", err)

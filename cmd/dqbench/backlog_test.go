@@ -35,4 +35,7 @@ func TestBacklogTimesEveryMoveAndPutsSlowlogBack(t *testing.T) {
 	cfg, err := c.ConfigGet(ctx, "slowlog-*").Result()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"slowlog-log-slower-than": "5000", "slowlog-max-len": "64"}, cfg)
+	n, err := c.SlowLogLen(ctx).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, n, int64(1), "the log of every command is emptied (but for what came since)")
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +218,21 @@ func TestRequeueOneAndPurge(t *testing.T) {
 	f.json(t, &res, "purge", "mail", "-y")
 	assert.Equal(t, map[string]any{"topic": "mail", "purged": float64(1)}, res)
 	assert.Equal(t, exitNotFound, f.run(t, "get", f.dead).code)
+	// Nothing to purge: nothing to ask, even without a terminal.
+	assert.Equal(t, "no dead jobs of mail\n", f.ok(t, "purge", "mail"))
+	r = f.run(t, "requeue", f.ready)
+	assert.NotContains(t, r.stderr, "--help", "not a matter of usage")
+}
+
+// TestMessagesEscapeIDs: an ID with a right-to-left override or a byte
+// that is not UTF-8 is printed escaped in a message, as in tables.
+func TestMessagesEscapeIDs(t *testing.T) {
+	f := serverFixture(t)
+	for id, shown := range map[string]string{"lrm\u200fx": `lrm\u200fx`, "bad\xffbyte": `bad\xffbyte`} {
+		_, err := f.q.Push(context.Background(), &delayqueue.Job{ID: id, Topic: "orders", Delay: time.Hour})
+		require.NoError(t, err)
+		assert.Equal(t, "removed "+shown+"\n", f.ok(t, "remove", id, "--yes"))
+	}
 }
 
 func TestPauseAndResume(t *testing.T) {
@@ -254,7 +272,8 @@ func TestWatch(t *testing.T) {
 
 // TestWatchOutlivesAnOutage: while Redis cannot be reached, watch says so
 // and keeps going; once it is back, the refreshes go on, the rates
-// starting over.
+// starting over. A refresh that failed counts toward --count, and makes
+// the exit code 1.
 func TestWatchOutlivesAnOutage(t *testing.T) {
 	s := redistest.Shared(t)
 	proxy, err := tcpproxy.Start(s.Addr, true)
@@ -262,8 +281,9 @@ func TestWatchOutlivesAnOutage(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	f := newFixture(t, s.Client(t), "--addr", proxy.Addr)
 
+	const count = 6
 	cmd := exec.Command(binPath, append(append([]string{}, f.flags...),
-		"watch", "--json", "--count", "3", "--interval", "50ms")...)
+		"watch", "--json", "--count", fmt.Sprint(count), "--interval", "200ms")...)
 	cmd.Env = cleanEnv()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -273,18 +293,36 @@ func TestWatchOutlivesAnOutage(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	dec := json.NewDecoder(stdout)
 	type refresh struct{ Topics []topicJSON }
-	var docs [3]refresh
-	require.NoError(t, dec.Decode(&docs[0]))
+	var first refresh
+	require.NoError(t, dec.Decode(&first))
 
 	proxy.SetUp(false)
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "trying again") },
 		time.Minute, 5*time.Millisecond, "watch says Redis cannot be read")
 	proxy.SetUp(true)
-	require.NoError(t, dec.Decode(&docs[1]))
-	require.NoError(t, dec.Decode(&docs[2]))
-	require.NoError(t, cmd.Wait(), "exit code 0 after --count refreshes; stderr: %s", stderr.String())
-	assert.Nil(t, docs[1].Topics[1].Rates, "no rates across the outage")
-	assert.NotNil(t, docs[2].Topics[1].Rates)
+	var after []refresh
+	for {
+		var r refresh
+		if err := dec.Decode(&r); err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		after = append(after, r)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
+	assert.Equal(t, exitError, exit.ExitCode())
+	m := regexp.MustCompile(`(\d+) of 6 refreshes failed`).FindStringSubmatch(stderr.String())
+	require.NotNil(t, m, "stderr: %s", stderr.String())
+	fails, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	require.Len(t, after, count-1-fails, "every refresh shown or failed")
+	require.NotEmpty(t, after, "refreshes go on after the outage")
+	assert.Nil(t, after[0].Topics[1].Rates, "no rates across the outage")
+	if len(after) > 1 {
+		assert.NotNil(t, after[1].Topics[1].Rates)
+	}
 }
 
 func TestExitCodes(t *testing.T) {
@@ -302,6 +340,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"list", "orders", "--cursor", "bogus"}, exitUsage, "invalid cursor"},
 		{[]string{"list", "orders", "--limit", "5000"}, exitUsage, "invalid limit"},
 		{[]string{"list", "orders", "--limit", "0"}, exitUsage, "invalid limit"},
+		{[]string{"--addr", "127.0.0.1:1", "list", "orders", "--limit", "0"}, exitUsage, "invalid limit"}, // before connecting
+		{[]string{"--addr", "127.0.0.1:1", "list", "orders", "--state", "asleep"}, exitUsage, "invalid state"},
 		{[]string{"push", "orders", "--delay", "soon"}, exitUsage, "invalid argument"},
 		{[]string{"push", "orders", "--delay", "1s", "--at", "2030-01-01T00:00:00Z"}, exitUsage, "exclude each other"},
 		{[]string{"push", "{orders}"}, exitUsage, "invalid topic"},

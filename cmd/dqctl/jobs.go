@@ -44,33 +44,42 @@ A page holds at most --limit jobs (it may hold fewer, even none, while
 more follow); when more follow, the cursor to pass as --cursor is printed
 on stderr, or as "next" with --json. --all follows the cursors to the end.`,
 		Args: exactArgs(1),
-		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// Before connecting: bad input is a usage error, Redis or not.
 			st, err := parseState(state)
 			if err != nil {
 				return err
 			}
-			if limit < 1 { // the library reads 0 as its default page
+			if limit < 1 || limit > 1000 { // the library reads 0 as its default page
 				return fmt.Errorf("%w: --limit %d; a page holds 1 to 1000 jobs", delayqueue.ErrInvalidLimit, limit)
 			}
-			var jobs []*delayqueue.Job
-			for {
-				page, err := q.List(ctx, args[0], st, delayqueue.ListOptions{Cursor: cursor, Limit: limit})
-				if err != nil {
-					return err
-				}
-				jobs, cursor = append(jobs, page.Jobs...), page.Next
-				if !all || cursor == "" {
-					break
-				}
-			}
-			return a.printJobs(ctx, st, jobs, cursor)
-		}),
+			return a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
+				return a.list(ctx, q, args[0], st, cursor, limit, all)
+			})(cmd, args)
+		},
 	}
 	cmd.Flags().StringVar(&state, "state", "ready", "`state` of the jobs: delayed, ready, reserved or dead")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue a listing where the page before ended")
 	cmd.Flags().IntVar(&limit, "limit", 100, "most jobs per page, 1 to 1000")
 	cmd.Flags().BoolVar(&all, "all", false, "list every page")
 	return cmd
+}
+
+// list prints a page of topic's jobs in state st from cursor, or with all
+// every page to the end.
+func (a *app) list(ctx context.Context, q *delayqueue.DelayQueue, topic string, st delayqueue.State, cursor string, limit int, all bool) error {
+	var jobs []*delayqueue.Job
+	for {
+		page, err := q.List(ctx, topic, st, delayqueue.ListOptions{Cursor: cursor, Limit: limit})
+		if err != nil {
+			return err
+		}
+		jobs, cursor = append(jobs, page.Jobs...), page.Next
+		if !all || cursor == "" {
+			break
+		}
+	}
+	return a.printJobs(ctx, st, jobs, cursor)
 }
 
 func (a *app) printJobs(ctx context.Context, st delayqueue.State, jobs []*delayqueue.Job, next string) error {
@@ -262,7 +271,7 @@ confirmation unless --yes.`,
 			if err := q.Remove(ctx, j.ID); err != nil {
 				return err
 			}
-			return a.done(map[string]any{"removed": j.ID}, "removed %s", j.ID)
+			return a.done(map[string]any{"removed": j.ID}, "removed %s", escape(j.ID, 200))
 		}),
 	}
 	a.addYes(cmd)

@@ -83,9 +83,8 @@ func run(ctx context.Context, args []string, stdin *os.File, stdout, stderr io.W
 	fmt.Fprintln(stderr, "dqctl:", err)
 	code := exitCode(err)
 	if !validated {
+		// Flags or arguments cobra refused: the help says what they are.
 		code = exitUsage
-	}
-	if code == exitUsage {
 		fmt.Fprintln(stderr, `Run "dqctl --help" for usage.`)
 	}
 	return code
@@ -137,6 +136,7 @@ Connection:
                                   a primary found through Sentinel
   --cluster host:port,...         a Redis Cluster
   --queue name                    the queue (default $DQ_QUEUE, else "default")
+  --user name                     a Redis ACL user (default $DQ_REDIS_USER)
 The password is read from the environment variable DQ_REDIS_PASSWORD, or the
 one --password-env names; DQ_SENTINEL_PASSWORD for the sentinels. No flag
 takes a password, so none shows in the process list or the shell history.

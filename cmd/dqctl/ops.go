@@ -36,7 +36,7 @@ every dead job of a topic (asks first unless --yes).`,
 					}
 					return err
 				}
-				return a.done(map[string]any{"requeued": args[0]}, "requeued %s", args[0])
+				return a.done(map[string]any{"requeued": args[0]}, "requeued %s", escape(args[0], 200))
 			}
 			return a.allDead(ctx, q, args[0], "Requeue the %d dead jobs of topic %q?", "requeued", q.RequeueAllDead)
 		}),
@@ -98,6 +98,9 @@ func (a *app) allDead(ctx context.Context, q *delayqueue.DelayQueue, topic, prom
 	if err != nil {
 		return err
 	}
+	if c.Dead == 0 {
+		return a.done(map[string]any{"topic": topic, verb: 0}, "no dead jobs of %s", escape(topic, 200))
+	}
 	if err := a.confirm(ctx, fmt.Sprintf(prompt, c.Dead, topic)); err != nil {
 		return err
 	}
@@ -105,7 +108,7 @@ func (a *app) allDead(ctx context.Context, q *delayqueue.DelayQueue, topic, prom
 	if err != nil {
 		return err
 	}
-	return a.done(map[string]any{"topic": topic, verb: n}, "%s %d dead jobs of %s", verb, n, topic)
+	return a.done(map[string]any{"topic": topic, verb: n}, "%s %d dead jobs of %s", verb, n, escape(topic, 200))
 }
 
 // confirm asks prompt on the terminal, unless --yes. Without a terminal on

@@ -90,6 +90,9 @@ func TestServeUnderAPrefix(t *testing.T) {
 	code, _ = get(t, strings.TrimSuffix(base, "admin/queue/"))
 	assert.Equal(t, http.StatusNotFound, code, "nothing outside it")
 
-	r := f.run(t, "serve", "--prefix", "admin")
-	assert.Equal(t, exitUsage, r.code, r.stderr)
+	for _, bad := range []string{"admin", "/a b", "/a/{$}", "/{x}", "//", "/a//b", "/a/../b", "/a%20b", "/é", "/a?b"} {
+		r := f.run(t, "serve", "--listen", "127.0.0.1:0", "--prefix", bad)
+		assert.Equal(t, exitUsage, r.code, "%q: %s", bad, r.stderr)
+		assert.Contains(t, r.stderr, "--prefix", bad)
+	}
 }

@@ -142,7 +142,8 @@ a ready count that stays the same while consumers keep up shows +0.0/s.
 On a terminal the screen is redrawn; otherwise the refreshes follow one
 another (with --json: one JSON document per refresh). When Redis cannot
 be read, watch says so on stderr and tries again at the next refresh; the
-rates start over once it reads again.`
+rates start over once it reads again. With --count, a refresh that failed
+counts as one, and watch exits 1 when any failed.`
 
 func (a *app) watchCommand() *cobra.Command {
 	var (
@@ -162,7 +163,7 @@ func (a *app) watchCommand() *cobra.Command {
 		}),
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between refreshes")
-	cmd.Flags().IntVar(&count, "count", 0, "stop after this many refreshes shown (0: until Ctrl-C)")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many refreshes (0: until Ctrl-C)")
 	return cmd
 }
 
@@ -172,18 +173,41 @@ func (a *app) watch(ctx context.Context, q *delayqueue.DelayQueue, interval time
 	defer tick.Stop()
 	var prev delayqueue.Overview
 	var prevAt time.Time
-	for n := 1; ; {
+	var failed error // the last refresh that failed
+	fails := 0
+	// At --count, or on Ctrl-C while Redis cannot be read, say so.
+	end := func(latest error) error {
+		switch {
+		case latest != nil && count == 0:
+			return latest
+		case fails > 0 && count > 0:
+			return fmt.Errorf("%d of %d refreshes failed; the last: %w", fails, count, failed)
+		}
+		return nil
+	}
+	for n := 1; ; n++ {
 		ov, err := q.Overview(ctx)
 		if ctx.Err() != nil {
-			return nil // Ctrl-C
+			return end(nil) // Ctrl-C during the call
 		}
 		if err != nil {
 			// A failover or a restart: say so, and look again.
-			fmt.Fprintf(a.stderr, "dqctl: %s: %v; trying again in %v\n", time.Now().Format("15:04:05"), err, interval)
+			failed, fails = err, fails+1
 			prevAt = time.Time{}
+			if n == count {
+				return end(err)
+			}
+			fmt.Fprintf(a.stderr, "dqctl: %s: %v; trying again in %v\n", time.Now().Format("15:04:05"), err, interval)
+			// The tick that came while the call failed, slowly, is no
+			// reason to try again at once.
+			tick.Reset(interval)
+			select {
+			case <-tick.C:
+			default:
+			}
 			select {
 			case <-ctx.Done():
-				return nil
+				return end(err)
 			case <-tick.C:
 			}
 			continue
@@ -207,12 +231,11 @@ func (a *app) watch(ctx context.Context, q *delayqueue.DelayQueue, interval time
 		}
 		prev, prevAt = ov, now
 		if n == count {
-			return nil
+			return end(nil)
 		}
-		n++
 		select {
 		case <-ctx.Done():
-			return nil
+			return end(nil)
 		case <-tick.C:
 		}
 	}
