@@ -39,6 +39,17 @@ func (s State) String() string {
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
 
+// ParseState reads a state's name as String writes it: "delayed", "ready",
+// "reserved" or "dead". Any other name is ErrInvalidState.
+func ParseState(name string) (State, error) {
+	for s := StateDelayed; s <= StateDead; s++ {
+		if s.String() == name {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q: want delayed, ready, reserved or dead", ErrInvalidState, name)
+}
+
 // Job is a unit of work: a body for a topic, due at a time.
 //
 // Set ID (optional), Topic, Body, Delay or RunAt, and optionally TTR,

@@ -275,3 +275,15 @@ func TestTheLargestDurationsStayInTheFuture(t *testing.T) {
 		assert.True(t, job.RunAt.Equal(maxRunAt), "due at %v", job.RunAt)
 	})
 }
+
+func TestParseStateReadsWhatStringWrites(t *testing.T) {
+	for s := StateDelayed; s <= StateDead; s++ {
+		got, err := ParseState(s.String())
+		require.NoError(t, err)
+		assert.Equal(t, s, got)
+	}
+	for _, bad := range []string{"", "Ready", "sleeping", "State(5)"} {
+		_, err := ParseState(bad)
+		assert.ErrorIs(t, err, ErrInvalidState, "%q", bad)
+	}
+}

@@ -3,12 +3,10 @@ package dashboard
 import (
 	"encoding/base64"
 	"encoding/hex"
-	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"sort"
-	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -177,10 +175,5 @@ func parseState(s string) (delayqueue.State, error) {
 	if s == "" {
 		return delayqueue.StateReady, nil
 	}
-	for _, st := range states {
-		if st.String() == s {
-			return st, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %q", delayqueue.ErrInvalidState, strings.ToValidUTF8(s, "?"))
+	return delayqueue.ParseState(s)
 }

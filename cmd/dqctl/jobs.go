@@ -16,18 +16,6 @@ import (
 
 // The commands on jobs: list, get, push, remove.
 
-// states are the names list takes, in the library's order.
-var states = []delayqueue.State{delayqueue.StateDelayed, delayqueue.StateReady, delayqueue.StateReserved, delayqueue.StateDead}
-
-func parseState(name string) (delayqueue.State, error) {
-	for _, s := range states {
-		if s.String() == name {
-			return s, nil
-		}
-	}
-	return 0, fmt.Errorf("%w %q: want delayed, ready, reserved or dead", delayqueue.ErrInvalidState, name)
-}
-
 func (a *app) listCommand() *cobra.Command {
 	var (
 		state  string
@@ -46,7 +34,7 @@ on stderr, or as "next" with --json. --all follows the cursors to the end.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Before connecting: bad input is a usage error, Redis or not.
-			st, err := parseState(state)
+			st, err := delayqueue.ParseState(state)
 			if err != nil {
 				return err
 			}
