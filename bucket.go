@@ -24,6 +24,9 @@ type moveResult struct {
 	contended bool
 	// mark is the mark of the script's run, which its ready wake-ups carry.
 	mark string
+	// fresh is set when the call took a free lease rather than extending
+	// its own.
+	fresh bool
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
 }
@@ -54,16 +57,21 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint
 		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
 	}
 	r := moveResult{moved: int(res[0]), next: -1}
-	if ok = ok && len(reply)%2 == 1; ok {
+	var fresh int64
+	if ok = ok && len(reply)%2 == 0; ok {
 		r.mark, ok = reply[2].(string)
+	}
+	if ok {
+		fresh, ok = reply[3].(int64)
 	}
 	if !ok {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, reply)
 	}
+	r.fresh = fresh == 1
 	if res[1] >= 0 {
 		r.next = time.Duration(res[1]) * time.Microsecond
 	}
-	for i := 3; i+1 < len(reply); i += 2 {
+	for i := 4; i+1 < len(reply); i += 2 {
 		topic, _ := reply[i].(string)
 		count, _ := reply[i+1].(int64)
 		r.ready = append(r.ready, topicCount{topic, int(count)})

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -216,5 +217,41 @@ func TestRescheduleInAndAtOnEveryBackend(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, id, job.ID)
 		assert.ErrorIs(t, q.RescheduleAt(ctx, id, at), ErrNotPending)
+	})
+}
+
+// RescheduleIn and RescheduleAt move a pending job: a reserved one is its
+// consumer's, and is refused, unchanged. Once its reservation ran out and it
+// is ready again, it can be moved, and the late consumer's Finish is
+// refused.
+func TestRescheduleRefusesAReservedJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		pushed(t, q, &Job{ID: "held", Topic: "t"})
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.ErrorIs(t, q.RescheduleIn(ctx, "held", time.Minute), ErrNotPending)
+		assert.ErrorIs(t, q.RescheduleAt(ctx, "held", time.Now().Add(time.Minute)), ErrNotPending)
+		got, err := q.Get(ctx, "held")
+		require.NoError(t, err)
+		assert.Equal(t, StateReserved, got.State)
+		assert.Equal(t, job.ReservedUntil, got.ReservedUntil)
+		require.NoError(t, q.Finish(ctx, "held"), "its consumer settles it as if nothing happened")
+
+		pushed(t, q, &Job{ID: "late", Topic: "t", TTR: 20 * time.Millisecond})
+		job, err = q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		startQueue(t, q)
+		require.Eventually(t, func() bool {
+			got, err := q.Get(ctx, "late")
+			return err == nil && got.State == StateReady
+		}, 10*time.Second, 5*time.Millisecond, "its reservation runs out")
+		require.NoError(t, q.RescheduleIn(ctx, "late", time.Minute))
+		assert.ErrorIs(t, q.Finish(ctx, job.ID), ErrReservationLost)
+		assert.ErrorIs(t, q.Retry(ctx, job, errors.New("late")), ErrReservationLost)
+		got, err = q.Get(ctx, "late")
+		require.NoError(t, err)
+		assert.Equal(t, StateDelayed, got.State)
 	})
 }

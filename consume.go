@@ -276,7 +276,7 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 		cancelCause(cause)
 		cancelDeadline()
 	}
-	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, reservation: job.reservation},
+	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, reservation: job.reservation, queue: job.queue},
 		cancel: cancel, renewed: sent, stop: now.Add(maxRun)}
 	c.mu.Lock()
 	c.running[job] = r

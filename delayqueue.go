@@ -18,6 +18,9 @@ import (
 // many processes may open the same queue on the same Redis.
 type DelayQueue struct {
 	client   redis.UniversalClient
+	plain    bool   // the server cannot read a script's flags line (scripts.go)
+	ident    string // the queue's identity in Redis, which the jobs it pops carry
+	instance int64  // this instance's number (ids.go)
 	opts     options
 	keys     keyspace
 	pub      string // PUBLISH, or SPUBLISH on Redis Cluster
@@ -49,6 +52,8 @@ type DelayQueue struct {
 	handlers []*bucketHandler
 	stopped  chan struct{} // closed when every bucket handler has returned
 	notes    *notifier
+
+	restoreMu sync.Mutex // restoreRecord, one at a time
 
 	closeOnce sync.Once
 	shutdown  chan struct{} // closed when Close's shutdown has ended
@@ -102,23 +107,25 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
 	defer cancel()
-	res, err := scriptInit.Run(ctx, client, []string{metaKey(o.name)}, buckets, queueFormat, asStored || o.noInstance, o.noInstance).Int64Slice()
+	mode := "open"
+	if o.noInstance {
+		mode = "look"
+	}
+	rec, err := q.initQueue(ctx, o.name, mode, buckets, asStored, newToken()[:16], 0)
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
-	if len(res) != 3 {
-		return nil, fmt.Errorf("delayqueue: open queue %q: unexpected reply %v", o.name, res)
-	}
-	if o.noInstance && res[0] == 0 {
+	if o.noInstance && rec.buckets == 0 {
 		return nil, fmt.Errorf("%w: no queue %q on this Redis", ErrNotFound, o.name)
 	}
-	if int(res[0]) != buckets && !asStored {
-		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, res[0], buckets)
+	if rec.buckets != buckets && !asStored {
+		return nil, fmt.Errorf("%w: queue %q has %d buckets, WithBuckets asks for %d", ErrBucketMismatch, o.name, rec.buckets, buckets)
 	}
-	if res[0] < 1 || res[0] > 4096 {
-		return nil, fmt.Errorf("delayqueue: open queue %q: stored bucket count %d", o.name, res[0])
+	if rec.buckets < 1 || rec.buckets > 4096 {
+		return nil, fmt.Errorf("delayqueue: open queue %q: stored bucket count %d", o.name, rec.buckets)
 	}
-	o.buckets = int(res[0])
+	q.ident = rec.ident
+	o.buckets = rec.buckets
 	q.opts, q.keys = o, newKeyspace(o.name, o.buckets)
 	lanes := 1
 	if cluster {
@@ -131,17 +138,84 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	// its own lanes, beside the flush that sends their batches.
 	q.pushes, q.calls = q.pushLanes(lanes), q.callLanes(lanes)
 	q.reserves, q.finishes = q.reserveLanes(lanes), q.finishLanes(lanes)
-	if res[2] != queueFormat {
-		return nil, fmt.Errorf("%w: queue %q was written in format %d, this version writes %d", ErrFormatMismatch, o.name, res[2], queueFormat)
+	if rec.format != queueFormat {
+		return nil, fmt.Errorf("%w: queue %q was written in format %d, this version writes %d", ErrFormatMismatch, o.name, rec.format, queueFormat)
 	}
 	if o.noInstance {
 		return q, nil // generates no IDs
 	}
-	if res[1] < 1 {
-		return nil, fmt.Errorf("delayqueue: open queue %q: instance number %d", o.name, res[1])
+	if rec.instance < 1 {
+		return nil, fmt.Errorf("delayqueue: open queue %q: instance number %d", o.name, rec.instance)
 	}
-	q.ids.prefix.Store(instancePrefix(res[1])) // see ids.go
+	q.instance = rec.instance
+	q.ids.prefix.Store(instancePrefix(rec.instance)) // see ids.go
 	return q, nil
+}
+
+// queueRecord is the queue's record in Redis, as init.lua answers.
+type queueRecord struct {
+	buckets  int
+	instance int64
+	format   int64
+	ident    string
+	restored bool
+}
+
+// initQueue runs init.lua on the queue's meta hash (see its header for the
+// modes). The first call finds out whether the server reads the scripts'
+// flags lines; miniredis does not, and gets the plain scripts from then on.
+func (q *DelayQueue) initQueue(ctx context.Context, name, mode string, buckets int, asStored bool, ident string, instance int64) (queueRecord, error) {
+	keys := []string{metaKey(name)}
+	args := []any{buckets, queueFormat, asStored, mode, ident, instance}
+	reply, err := scriptInit.on(q.plain).Run(ctx, q.client, keys, args...).Slice()
+	if isCompileError(err) && !q.plain {
+		q.plain = true
+		reply, err = scriptInit.on(q.plain).Run(ctx, q.client, keys, args...).Slice()
+	}
+	if err != nil {
+		return queueRecord{}, redisError(err)
+	}
+	var rec queueRecord
+	var n [4]int64
+	ok := len(reply) == 5
+	for i, at := range []int{0, 1, 2, 4} {
+		if ok {
+			n[i], ok = reply[at].(int64)
+		}
+	}
+	if ok {
+		rec.ident, ok = reply[3].(string)
+	}
+	if !ok {
+		return queueRecord{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	rec.buckets, rec.instance, rec.format, rec.restored = int(n[0]), n[1], n[2], n[3] == 1
+	return rec, nil
+}
+
+// restoreRecord puts the queue's record (meta hash) back when Redis lost
+// it, as this process knows it: the bucket count, the format, the identity,
+// and an instance counter no lower than this instance's number, so that
+// processes that open the queue later find it as it was. The bucket
+// handlers call it when they suspect a loss; a call while another runs
+// leaves the work to that one. It logs what it finds.
+func (q *DelayQueue) restoreRecord(ctx context.Context) {
+	if !q.restoreMu.TryLock() {
+		return
+	}
+	defer q.restoreMu.Unlock()
+	rec, err := q.initQueue(ctx, q.opts.name, "restore", q.opts.buckets, false, q.ident, q.instance)
+	log := q.opts.logger
+	switch {
+	case err != nil:
+		log.Warn("delayqueue: cannot check the queue's record in Redis", attrError, err)
+	case rec.restored:
+		log.Warn("delayqueue: the queue's record was gone from Redis (did Redis lose its data?); put it back",
+			"queue", q.opts.name, "buckets", q.opts.buckets)
+	case rec.buckets != q.opts.buckets || rec.format != queueFormat || rec.ident != q.ident:
+		log.Error("delayqueue: the queue's record in Redis disagrees with this process; was it opened anew after Redis lost its data?",
+			"queue", q.opts.name, "buckets", rec.buckets, "own_buckets", q.opts.buckets, "format", rec.format)
+	}
 }
 
 // Start runs one bucket handler goroutine per bucket, which moves due jobs to
@@ -151,14 +225,33 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 // unreachable. Start logs a warning when Redis may evict keys. It returns
 // ErrStarted when called twice and ErrClosed after Close.
 func (q *DelayQueue) Start(ctx context.Context) error {
+	if ctx == nil {
+		panic("delayqueue: Start with a nil Context")
+	}
+	wakers, notes, err := q.startHandlers(ctx)
+	if err != nil {
+		return err
+	}
+	// No lock is held from here on, as these talk to Redis. The bucket handlers
+	// look at their buckets at once; the confirmation of their wake-up
+	// channels makes them look again, so a push in between is not missed.
+	q.warnEviction(ctx)
+	if err := notes.listenForHandlers(wakers); err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// startHandlers starts the bucket handlers, under q.mu, and returns what
+// wakes them and the notifier that will.
+func (q *DelayQueue) startHandlers(ctx context.Context) ([]bucketWaker, *notifier, error) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	switch {
 	case q.closed.Load(): // Close sets it before it reads the fields below
-		q.mu.Unlock()
-		return ErrClosed
+		return nil, nil, ErrClosed
 	case q.started:
-		q.mu.Unlock()
-		return ErrStarted
+		return nil, nil, ErrStarted
 	}
 	handlers := make([]*bucketHandler, q.opts.buckets)
 	wakers := make([]bucketWaker, q.opts.buckets)
@@ -182,16 +275,7 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 		close(stopped)
 	}()
 	q.started, q.cancel, q.handlers, q.stopped = true, cancel, handlers, stopped
-	q.mu.Unlock()
-
-	// No lock is held from here on, as these talk to Redis. The bucket handlers
-	// look at their buckets at once; the confirmation of their wake-up
-	// channels makes them look again, so a push in between is not missed.
-	q.warnEviction(ctx)
-	if err := notes.listenForHandlers(wakers); err != nil && !errors.Is(err, ErrClosed) {
-		return err
-	}
-	return nil
+	return wakers, notes, nil
 }
 
 // closeTimeout bounds the work Close does in Redis: releasing the leases.
@@ -203,6 +287,9 @@ const closeTimeout = 10 * time.Second
 // the shutdown then goes on, for at most 10 seconds. Jobs stay in Redis. Calling
 // Close again waits for the same shutdown and returns what it returned.
 func (q *DelayQueue) Close(ctx context.Context) error {
+	if ctx == nil {
+		panic("delayqueue: Close with a nil Context")
+	}
 	q.closeOnce.Do(func() {
 		q.closed.Store(true)
 		close(q.done)

@@ -311,3 +311,66 @@ func TestWithoutInstanceWritesNothing(t *testing.T) {
 		assert.Equal(t, 2, c.Ready)
 	})
 }
+
+// A nil context is a programmer's error, and panics; the queue stays
+// usable: no lock is left held.
+func TestANilContextPanicsAndLeavesNoLockHeld(t *testing.T) {
+	q := newQueue(t, miniredisClient(t))
+	//lint:ignore SA1012 the nil context is the test
+	assert.Panics(t, func() { _ = q.Start(nil) }) //nolint:staticcheck
+	//lint:ignore SA1012 the nil context is the test
+	assert.Panics(t, func() { _ = q.Close(nil) }) //nolint:staticcheck
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, q.Start(ctx))
+	require.NoError(t, q.Close(ctx))
+}
+
+// After Redis lost its data, the started processes put the queue's record
+// back as they know it, so that a process that opens the queue later finds
+// it as it was, not anew with other buckets.
+func TestStartedProcessesPutTheQueueRecordBack(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	name := uniqueName(t)
+	q := newQueue(t, c, WithName(name), WithBuckets(4), WithLease(300*time.Millisecond))
+	startQueue(t, q)
+	recordBack := func() bool {
+		look, err := New(c, WithName(name), WithoutInstance(), WithLogger(discard))
+		if err != nil {
+			return false
+		}
+		defer closeQueue(t, look)
+		return look.opts.buckets == 4 && look.ident == q.ident
+	}
+	require.True(t, recordBack())
+
+	// Lost while the connections stay up: the lease holder finds its
+	// lease gone.
+	require.Eventually(t, func() bool { return leasesHeld(t, q) == 4 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, c.FlushAll(ctx).Err())
+	require.Eventually(t, recordBack, 10*time.Second, 10*time.Millisecond)
+	other := newQueue(t, c, WithName(name))
+	assert.Equal(t, 4, other.opts.buckets)
+	assert.Greater(t, other.instance, q.instance, "the instance counter did not go back")
+
+	// Lost with a restart: the bucket handlers reach Redis again.
+	require.NoError(t, srv.Restart())
+	require.Eventually(t, recordBack, 10*time.Second, 10*time.Millisecond)
+	id := pushed(t, other, &Job{Topic: "t"})
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	assert.Equal(t, id, job.ID)
+}
+
+// leasesHeld counts the buckets of q whose lease has a holder.
+func leasesHeld(t *testing.T, q *DelayQueue) int {
+	n := 0
+	for b := range q.opts.buckets {
+		if q.client.Exists(context.Background(), q.keys.bucket(b).lock).Val() == 1 {
+			n++
+		}
+	}
+	return n
+}

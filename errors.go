@@ -3,6 +3,8 @@ package delayqueue
 import (
 	"errors"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Errors returned by the queue. Match them with errors.Is: the returned error
@@ -66,6 +68,12 @@ var (
 	ErrInvalidState = errors.New("delayqueue: invalid state")
 	// ErrInvalidLimit is returned by List for a page size out of range.
 	ErrInvalidLimit = errors.New("delayqueue: invalid limit")
+	// ErrOutOfMemory is returned, together with Redis's own error, when
+	// Redis refuses a write because it is at maxmemory (with the
+	// noeviction policy). Push, PushMany, Upsert and the reschedules are
+	// refused before they change anything; consuming (which frees memory),
+	// removing and reading go on working.
+	ErrOutOfMemory = errors.New("delayqueue: Redis is out of memory")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("delayqueue: queue closed")
 	// ErrStarted is returned by Start when the queue was started already.
@@ -90,4 +98,14 @@ func within(kind, cause error) error {
 		msg:  kind.Error() + ": " + strings.TrimPrefix(cause.Error(), "delayqueue: "),
 		errs: []error{kind, cause},
 	}
+}
+
+// redisError returns an error of Redis's as the package reports it: an OOM
+// refusal matches ErrOutOfMemory too. Other errors, and nil, are returned
+// as they are.
+func redisError(err error) error {
+	if redis.HasErrorPrefix(err, "OOM") {
+		return within(ErrOutOfMemory, err)
+	}
+	return err
 }

@@ -128,14 +128,20 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		h.lease.held = false
 		h.failures++
 		if h.failures == 1 {
-			log.Warn("delayqueue: bucket handler cannot reach Redis; retrying", attrBucket, h.b, attrError, err)
+			log.Warn("delayqueue: bucket handler cannot move due jobs; retrying", attrBucket, h.b, attrError, err)
 		} else {
 			log.Debug("delayqueue: bucket handler still failing", attrBucket, h.b, attrError, err, "failures", h.failures)
 		}
 		return retryBackoff(h.failures)
 	}
+	// Back after failures (Redis may have restarted empty), or the lease
+	// this handler held was gone (Redis may have lost its data): the
+	// queue's record may be gone too.
+	if h.failures > 0 || (h.lease.held && res.fresh) {
+		h.q.restoreRecord(ctx)
+	}
 	if h.failures > 0 {
-		log.Info("delayqueue: bucket handler reached Redis again", attrBucket, h.b, "failures", h.failures)
+		log.Info("delayqueue: bucket handler moves due jobs again", attrBucket, h.b, "failures", h.failures)
 		h.failures = 0
 	}
 	if res.contended {

@@ -195,7 +195,7 @@ func TestHandlersSurviveARedisOutage(t *testing.T) {
 
 	s.Kill()
 	require.Eventually(t, func() bool {
-		return containsAll(logs.String(), "cannot reach Redis")
+		return containsAll(logs.String(), "cannot move due jobs")
 	}, 30*time.Second, 10*time.Millisecond, "the handlers notice the outage")
 	require.NoError(t, s.Restart())
 
@@ -208,6 +208,6 @@ func TestHandlersSurviveARedisOutage(t *testing.T) {
 	job, err := q.Pop(ctx, "t", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, id, job.ID)
-	require.Eventually(t, func() bool { return containsAll(logs.String(), "reached Redis again") },
+	require.Eventually(t, func() bool { return containsAll(logs.String(), "moves due jobs again") },
 		30*time.Second, 10*time.Millisecond)
 }

@@ -79,7 +79,7 @@ func (q *DelayQueue) renewIDs(ctx context.Context, taken string) error {
 	n, err := q.client.HIncrBy(ctx, q.keys.meta(), "nodes", 1).Result()
 	if err != nil {
 		q.noteError(ctx, err)
-		return fmt.Errorf("delayqueue: take a new instance number: %w", err)
+		return fmt.Errorf("delayqueue: take a new instance number: %w", redisError(err))
 	}
 	q.opts.logger.Warn("delayqueue: a generated job ID was taken by another job; the queue's instance counter went back (lost Redis data?); using a new instance number",
 		"taken_prefix", *prefix, "instance", n)

@@ -124,6 +124,9 @@ type Job struct {
 	// Retry, Touch and Release check it inside their scripts. Zero on a job
 	// that Pop did not return.
 	reservation int64
+	// queue is the identity of the queue whose Pop returned the job: its
+	// reservation is a number of that queue's alone.
+	queue string
 	// nonce marks the pushes of a job whose ID the queue generated (see
 	// job.lua); kept here so that pushing the same Job again is known for
 	// what it is.

@@ -356,3 +356,40 @@ func FuzzCursorsAreReadSafely(f *testing.F) {
 		require.Equal(t, c, again)
 	})
 }
+
+// A job rescheduled from ready to delayed leaves its entry in the ready
+// list; once it is ready again it has a second one, at the tail. Only that
+// one stands for it: the listing shows it once, where it is now, and
+// consumers take it there, after the jobs that were ready before it came
+// back.
+func TestAJobBackInItsReadyListIsListedAndTakenOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		startQueue(t, q)
+		ids := []string{"job-1", "job-2", "job-3", "job-4"}
+		for _, id := range ids {
+			pushed(t, q, &Job{ID: id, Topic: "t"})
+		}
+		require.NoError(t, q.RescheduleIn(ctx, "job-1", 50*time.Millisecond))
+		require.Eventually(t, func() bool {
+			job, err := q.Get(ctx, "job-1")
+			return err == nil && job.State == StateReady
+		}, 10*time.Second, 5*time.Millisecond, "the bucket handler makes job-1 ready again")
+		want := []string{"job-2", "job-3", "job-4", "job-1"}
+		for _, limit := range []int{1, 2, 10} {
+			assert.Equal(t, want, listAll(t, q, "t", StateReady, limit, nil), "limit %d", limit)
+		}
+		counts, err := q.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 4, counts.Ready)
+		for _, id := range want {
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			assert.Equal(t, id, job.ID, "taken in the order they are in the list now")
+			require.NoError(t, q.Finish(ctx, job.ID))
+		}
+		_, err = q.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "the stale entry was dropped")
+	})
+}

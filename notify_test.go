@@ -63,7 +63,7 @@ func TestAWakeUpIsNotDroppedWhenAMovesReplyIsLost(t *testing.T) {
 		// The move that makes the job ready runs, but its reply is lost;
 		// go-redis sends it again and that run moves nothing. Only the
 		// first run's message can wake the Pop, in this very process.
-		fired := d.LoseNextReply(scriptMove.Hash())
+		fired := d.LoseNextReply(scriptMove.on(q.plain).Hash())
 		id := pushed(t, q, &Job{Topic: "t", Delay: 200 * time.Millisecond})
 		assert.Equal(t, id, received(t, got).ID)
 		assert.True(t, fired(), "a move's reply was lost")

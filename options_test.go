@@ -22,6 +22,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			"too many attempts":  WithMaxAttempts(65536),
 			"TTR over 49 days":   WithDefaultTTR(maxTTR + time.Millisecond),
 			"zero body":          WithMaxBodySize(0),
+			"body over 16 MiB":   WithMaxBodySize(16<<20 + 1),
 			"tiny lease":         WithLease(time.Millisecond),
 			"zero batch":         WithBatchSize(0),
 			"huge batch":         WithBatchSize(100000),

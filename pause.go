@@ -35,7 +35,7 @@ func (q *DelayQueue) Pause(ctx context.Context, topic string) error {
 		return err
 	}
 	if err := q.client.SAdd(ctx, q.keys.paused(), topic).Err(); err != nil {
-		return fmt.Errorf("delayqueue: pause %q: %w", topic, err)
+		return fmt.Errorf("delayqueue: pause %q: %w", topic, redisError(err))
 	}
 	q.pauses.invalidate()
 	return nil
@@ -48,7 +48,7 @@ func (q *DelayQueue) Resume(ctx context.Context, topic string) error {
 		return err
 	}
 	if err := q.client.SRem(ctx, q.keys.paused(), topic).Err(); err != nil {
-		return fmt.Errorf("delayqueue: resume %q: %w", topic, err)
+		return fmt.Errorf("delayqueue: resume %q: %w", topic, redisError(err))
 	}
 	q.pauses.invalidate()
 	pipe := q.client.Pipeline()

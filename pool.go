@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/batch"
-	"github.com/redis/go-redis/v9"
 )
 
 // The pool is each bucket's hash of job ID -> encoded job. A job exists
@@ -23,35 +23,29 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A delayed job's due time is its score in the bucket (job.lua): read
-	// both at once.
+	// A delayed job's due time is its score in the bucket (job.lua): a
+	// read-only script reads both at once, and runs at maxmemory.
 	bk := q.keys.bucket(b)
-	var value *redis.StringCmd
-	var score *redis.FloatCmd
-	_, err = q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		value = p.HGet(ctx, bk.pool, id)
-		score = p.ZScore(ctx, bk.zset, id)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		q.noteError(ctx, err)
-		return nil, fmt.Errorf("delayqueue: get %q: %w", id, err)
-	}
-	v, err := value.Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
-	}
+	reply, err := q.run(ctx, b, scriptGet, []string{bk.pool, bk.zset}, id).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: get %q: %w", id, err)
 	}
-	job, err := decodeJob(id, v)
+	if len(reply) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	v, ok := reply[0].(string)
+	score, _ := reply[1].(string)
+	if !ok || len(reply) != 2 {
+		return nil, fmt.Errorf("delayqueue: get %q: unexpected reply %v", id, reply)
+	}
+	job, err := decodeJob(id, []byte(v))
 	if err != nil {
 		return nil, err
 	}
 	// The reservation is the popper's: a job from Get cannot Retry, Touch
 	// or Release it.
 	job.reservation = 0
-	if due, err := score.Result(); err == nil && job.State == StateDelayed {
+	if due, err := strconv.ParseFloat(score, 64); err == nil && job.State == StateDelayed {
 		job.RunAt = time.UnixMilli(int64(due))
 	}
 	return job, nil
@@ -194,10 +188,11 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 }
 
 // queueFormat is what a queue's meta hash records as its "format", and
-// New checks: 3 is jobs in job format 2, with headers (bit 6), and counts
-// per bucket (keys.go). A queue written in another format is refused
-// (ErrFormatMismatch).
-const queueFormat = 3
+// New checks: 4 is jobs in job format 2, with headers (bit 6), counts per
+// bucket (keys.go), and a ready job's place in its ready list where a
+// reserved one keeps its reservation (job.lua). A queue written in another
+// format is refused (ErrFormatMismatch).
+const queueFormat = 4
 
 // The job encoding. A job is stored in the pool as a 22-byte header, then
 // the optional fields its flags announce, then topic, last error, headers
@@ -215,8 +210,9 @@ const queueFormat = 3
 //	              in its bucket), a ready job's due time, when a dead job
 //	              died; not read for a delayed job, whose due time is its
 //	              score
-//	15      6     reservation: the number of the job's latest reservation,
-//	              by which a consumer proves it still holds the job
+//	15      6     reservation: the number of a reserved job's reservation,
+//	              by which a consumer proves it still holds the job; a
+//	              ready job's place in its ready list (job.lua)
 //	21      1     topic length
 //	22      [2]   last error length, when bit 3 is set
 //	        [4]   dedup window ms, when bit 4 is set

@@ -79,8 +79,13 @@ func (q *DelayQueue) pushOne(ctx context.Context, job *Job, a pushArgs) (PushRes
 	}
 }
 
-// maxPushChunk bounds how many jobs one push script call carries.
-const maxPushChunk = 1000
+// maxPushChunk bounds how many jobs one push script call carries, and
+// maxPushBytes how many bytes of encoded jobs (but for one larger job): a
+// script holds Redis for about 6 ms per MiB of bodies it stores.
+const (
+	maxPushChunk = 1000
+	maxPushBytes = 1 << 20
+)
 
 // PushMany adds many jobs with one script call per bucket they fall in
 // (per 1,000 jobs), all sent in one pipeline, and returns their IDs in
@@ -368,7 +373,8 @@ func (q *DelayQueue) flushPushes(ctx context.Context, reqs []*batch.Request[*pus
 // status. It returns the error of each bucket that failed; nil when all
 // succeeded.
 func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]error {
-	chunks := byBucket(jobs, func(j *pushArgs) int { return j.bucket }, maxPushChunk)
+	chunks := byBucketSized(jobs, func(j *pushArgs) int { return j.bucket }, maxPushChunk,
+		func(j *pushArgs) int { return len(j.job) }, maxPushBytes)
 	calls := make([]*scriptCall, len(chunks))
 	for i, chunk := range chunks {
 		keys, args := q.pushCall(chunk[0].bucket, chunk)

@@ -220,3 +220,34 @@ func TestUpsertReplacesAReservedJobOnlyWhenAsked(t *testing.T) {
 		assert.ErrorIs(t, err, ErrNoJob, "delivered once")
 	})
 }
+
+// A push script call carries at most maxPushChunk jobs and maxPushBytes of
+// them, so that large bodies never hold Redis for long in one call; a job
+// larger than that goes alone.
+func TestPushCallsAreBoundedInJobsAndBytes(t *testing.T) {
+	type job struct{ bucket, size int }
+	var jobs []job
+	for i := range 2500 {
+		jobs = append(jobs, job{i % 2, 10})
+	}
+	jobs = append(jobs, job{0, 600 << 10}, job{0, 600 << 10}, job{0, 3 << 20}, job{0, 10})
+	chunks := byBucketSized(jobs, func(j job) int { return j.bucket }, maxPushChunk,
+		func(j job) int { return j.size }, maxPushBytes)
+	seen := 0
+	for _, c := range chunks {
+		seen += len(c)
+		assert.LessOrEqual(t, len(c), maxPushChunk)
+		total := 0
+		for _, j := range c {
+			total += j.size
+			assert.Equal(t, c[0].bucket, j.bucket)
+		}
+		if len(c) > 1 {
+			assert.LessOrEqual(t, total, maxPushBytes)
+		}
+	}
+	assert.Equal(t, len(jobs), seen)
+	// Bucket 0: 1,000 small; 250 small and one of 600 KiB; the other alone;
+	// 3 MiB alone; the last small one. Bucket 1: 1,000 and 250.
+	assert.Len(t, chunks, 7)
+}

@@ -89,6 +89,9 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 			// record can go.
 			q.forget(g.Key.b, calls[i].keys[4])
 		}
+		for _, job := range jobs {
+			job.queue = q.ident
+		}
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]

@@ -274,7 +274,7 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// One reserve call as go-redis sends it, and sends it again when
 		// the reply is lost.
 		call := func() *redis.Cmd {
-			return scriptReserve.Run(ctx, be.client,
+			return scriptReserve.on(q.plain).Run(ctx, be.client,
 				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1"), bk.counts},
 				bk.wake, q.pub, staleSkips, "t", 2, 60_000)
 		}
@@ -318,8 +318,8 @@ func TestALostReserveReplySpendsNoAttempt(t *testing.T) {
 		// The reserve call runs, its reply is lost, and go-redis sends it
 		// again: the Pop must get what the first run reserved, or that job
 		// would go to the dead letters after its TTR, never received.
-		require.NoError(t, scriptReserve.Load(ctx, c).Err()) // or the lost reply would be NOSCRIPT's
-		fired := d.LoseNextReply(scriptReserve.Hash())
+		require.NoError(t, scriptReserve.on(q.plain).Load(ctx, c).Err()) // or the lost reply would be NOSCRIPT's
+		fired := d.LoseNextReply(scriptReserve.on(q.plain).Hash())
 		first, err := q.Pop(ctx, "t", 0)
 		require.NoError(t, err)
 		require.True(t, fired())

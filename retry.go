@@ -126,7 +126,7 @@ const (
 )
 
 func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Duration, cause error, mode string) error {
-	b, err := reservedBucket(job, q.opts.buckets)
+	b, err := q.reservedBucket(job)
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 	if q.closed.Load() {
 		return ErrClosed
 	}
-	if _, err := reservedBucket(job, q.opts.buckets); err != nil {
+	if _, err := q.reservedBucket(job); err != nil {
 		return err
 	}
 	sent := time.Now()
@@ -243,7 +243,7 @@ func (q *DelayQueue) Release(ctx context.Context, job *Job) error {
 
 // release is Release on a queue that may be closed (see finish).
 func (q *DelayQueue) release(ctx context.Context, job *Job) error {
-	b, err := reservedBucket(job, q.opts.buckets)
+	b, err := q.reservedBucket(job)
 	if err != nil {
 		return err
 	}
@@ -260,15 +260,19 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 	return nil
 }
 
-// reservedBucket checks a job handed back by a consumer.
-func reservedBucket(job *Job, buckets int) (int, error) {
-	if job == nil {
+// reservedBucket checks a job handed back by a consumer: one that this
+// queue's Pop returned, for a reservation number means nothing in another
+// queue.
+func (q *DelayQueue) reservedBucket(job *Job) (int, error) {
+	switch {
+	case job == nil:
 		return 0, fmt.Errorf("%w: nil", ErrInvalidJob)
-	}
-	if job.reservation == 0 {
+	case job.reservation == 0:
 		return 0, fmt.Errorf("%w: job %q was not returned by Pop", ErrInvalidJob, job.ID)
+	case job.queue != q.ident:
+		return 0, fmt.Errorf("%w: job %q was popped from another queue than %q", ErrInvalidJob, job.ID, q.opts.name)
 	}
-	return bucketOfID(job.ID, buckets)
+	return bucketOfID(job.ID, q.opts.buckets)
 }
 
 // reservationResult reads the status that the reservation-checked scripts return first.

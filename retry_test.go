@@ -171,3 +171,52 @@ func TestPopSkipsAnIDReusedByAnotherTopic(t *testing.T) {
 		assert.Equal(t, "u", job.Topic)
 	})
 }
+
+// A reservation number means something only in the queue that gave it: a
+// job popped from another queue, even one whose job of the same ID holds
+// the same number, is refused and changes nothing.
+func TestAJobPoppedFromAnotherQueueIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		other := newQueue(t, be.client, WithBuckets(1))
+		pushed(t, q, &Job{ID: "real", Topic: "t"})
+		pushed(t, other, &Job{ID: "real", Topic: "t"})
+		own, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		foreign, err := other.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.Equal(t, own.reservation, foreign.reservation, "the numbers alone cannot tell them apart")
+
+		assert.ErrorIs(t, q.Retry(ctx, foreign, errors.New("boom")), ErrInvalidJob)
+		assert.ErrorIs(t, q.RetryAfter(ctx, foreign, time.Second, errors.New("boom")), ErrInvalidJob)
+		assert.ErrorIs(t, q.Touch(ctx, foreign), ErrInvalidJob)
+		assert.ErrorIs(t, q.Release(ctx, foreign), ErrInvalidJob)
+		got, err := q.Get(ctx, "real")
+		require.NoError(t, err)
+		assert.Equal(t, StateReserved, got.State)
+		assert.Equal(t, own.ReservedUntil, got.ReservedUntil, "q's job is as its consumer left it")
+		assert.Empty(t, got.LastError)
+		require.NoError(t, q.Retry(ctx, own, errors.New("its own consumer")))
+		require.NoError(t, other.Finish(ctx, foreign.ID))
+	})
+}
+
+// Two instances of one queue are one queue: a job one of them popped is
+// settled through the other.
+func TestAJobPoppedByAnotherInstanceOfTheQueueIsSettled(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		a := newQueue(t, be.client, WithName(name))
+		b := newQueue(t, be.client, WithName(name))
+		pushed(t, a, &Job{ID: "j", Topic: "t"})
+		job, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, b.Touch(ctx, job))
+		require.NoError(t, b.RetryAfter(ctx, job, 0, errors.New("again")))
+		got, err := b.Get(ctx, "j")
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, got.State)
+	})
+}

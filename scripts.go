@@ -35,9 +35,28 @@ var (
 	scriptPurge      = loadScript("purge.lua")
 	scriptSummary    = loadScript("summary.lua")
 	scriptList       = loadScript("list.lua")
+	scriptGet        = loadScript("get.lua")
 )
 
-func loadScript(name string) *redis.Script {
+// A luaScript is one script file in the two forms a server may need. A
+// file opens with a flags line ("#!lua flags=allow-oom", say), which Redis
+// 7 and Valkey read: a script that may grow memory is refused before it
+// writes when Redis is at maxmemory, one that consumes (and so frees
+// memory) runs (allow-oom), and one that only reads runs too (no-writes).
+// miniredis cannot parse that line: it gets the plain form.
+type luaScript struct {
+	flagged, plain *redis.Script
+}
+
+// on returns the form a server takes.
+func (s *luaScript) on(plain bool) *redis.Script {
+	if plain {
+		return s.plain
+	}
+	return s.flagged
+}
+
+func loadScript(name string) *luaScript {
 	prelude, err := scriptFiles.ReadFile("scripts/job.lua")
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
@@ -46,7 +65,18 @@ func loadScript(name string) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(preludeFor(string(prelude), string(src)) + "\n" + string(src))
+	flags, body, ok := strings.Cut(string(src), "\n")
+	if !strings.HasPrefix(flags, "#!lua") || !ok {
+		panic("delayqueue: scripts/" + name + " does not open with a #!lua line")
+	}
+	code := preludeFor(string(prelude), body) + "\n" + body
+	return &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code)}
+}
+
+// isCompileError reports whether err is a server's refusal to compile a
+// script, as miniredis refuses a flags line.
+func isCompileError(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error compiling script")
 }
 
 // preludeFor returns the part of job.lua that src needs: its constants, and
@@ -129,7 +159,7 @@ func luaNames(code string) map[string]bool {
 
 // scriptCall is one script call over the keys of one bucket.
 type scriptCall struct {
-	script *redis.Script
+	script *luaScript
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd // the reply, once sent
@@ -143,7 +173,7 @@ type scriptCall struct {
 // run runs a script by SHA over keys of bucket b. Concurrent calls share
 // round trips: while one is in flight, the calls that follow wait and then
 // go together in one pipeline (see callLanes).
-func (q *DelayQueue) run(ctx context.Context, b int, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (q *DelayQueue) run(ctx context.Context, b int, s *luaScript, keys []string, args ...any) *redis.Cmd {
 	c := &scriptCall{script: s, keys: keys, args: args, bucket: b, settles: s == scriptRetry || s == scriptRelease}
 	if err := q.calls.For(b).Do(ctx, c); c.cmd == nil {
 		// ctx ended while the call waited its turn: it was never sent.
@@ -177,29 +207,38 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 	q.attachRecords(calls)
 	if len(calls) == 1 {
 		c := calls[0]
-		c.cmd = c.script.Run(ctx, q.client, c.keys, c.args...)
+		c.cmd = c.script.on(q.plain).Run(ctx, q.client, c.keys, c.args...)
 	} else {
 		pipe := q.client.Pipeline()
 		for _, c := range calls {
-			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			c.cmd = c.script.on(q.plain).EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
 		for _, c := range calls {
 			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 				// Not run: the server has not seen the script yet (or
 				// restarted). Run loads it.
-				c.cmd = c.script.Run(ctx, q.client, c.keys, c.args...)
+				c.cmd = c.script.on(q.plain).Run(ctx, q.client, c.keys, c.args...)
 			}
 		}
 	}
 	for _, c := range calls {
 		q.noteError(ctx, c.cmd.Err())
+		if err := redisError(c.cmd.Err()); err != c.cmd.Err() {
+			c.cmd.SetErr(err)
+		}
 	}
 }
 
 // byBucket splits items into the chunks that go in one script call each:
 // those of one bucket, at most limit of them, in order.
 func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
+	return byBucketSized(items, bucket, limit, nil, 0)
+}
+
+// byBucketSized is byBucket, with each chunk also at most maxSize in all by
+// size (unless one item alone is more).
+func byBucketSized[T any](items []T, bucket func(T) int, limit int, size func(T) int, maxSize int) [][]T {
 	groups := map[int][]T{}
 	var order []int
 	for _, it := range items {
@@ -212,9 +251,19 @@ func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
 	var chunks [][]T
 	for _, b := range order {
 		g := groups[b]
-		for i := 0; i < len(g); i += limit {
-			end := min(i+limit, len(g))
-			chunks = append(chunks, g[i:end:end])
+		for len(g) > 0 {
+			n, total := 0, 0
+			for n < len(g) && n < limit {
+				if size != nil {
+					total += size(g[n])
+					if n > 0 && total > maxSize {
+						break
+					}
+				}
+				n++
+			}
+			chunks = append(chunks, g[:n:n])
+			g = g[n:]
 		}
 	}
 	return chunks

@@ -102,7 +102,7 @@ func TestBusyConsumersLookOncePerReadyJob(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		const jobs, consumers, buckets = 600, 16, 8
-		reserves := &scriptCounter{sha: scriptReserve.Hash()}
+		reserves := &scriptCounter{script: scriptReserve}
 		be.client.AddHook(reserves)
 		name := uniqueName(t)
 		consumer := newQueue(t, be.client, WithName(name), WithBuckets(buckets), WithSafetyPoll(time.Hour))

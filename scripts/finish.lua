@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- finish.lua: delete reserved jobs: their work is done.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset  KEYS[4] counts hash
 -- KEYS[5..] records of answered reserve calls, to delete

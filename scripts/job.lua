@@ -8,7 +8,8 @@
 -- time is its score in its bucket; its at_ms is not read (push.lua leaves it
 -- 0 for a job pushed with a delay, sparing a copy of the job).
 -- reservation numbers the job's reservations: a consumer proves it still
--- holds the job by the number it was given.
+-- holds the job by the number it was given. A ready job needs no number:
+-- there the field holds its place in its ready list (see placed).
 
 local DELAYED, READY, RESERVED, DEAD = 1, 2, 3, 4
 local FORMAT = 128 -- the marker bit
@@ -119,21 +120,25 @@ local function restate(v, state, at_ms, attempts, reservation)
 end
 
 -- in_chunks runs a variadic command over values, a slice at a time: Lua
--- unpacks at most 8,000 values.
+-- unpacks at most 8,000 values. It returns the last call's reply.
 local function in_chunks(cmd, key, values)
+  local reply
   for from = 1, #values, 4000 do
-    redis.call(cmd, key, unpack(values, from, math.min(from + 3999, #values)))
+    reply = redis.call(cmd, key, unpack(values, from, math.min(from + 3999, #values)))
   end
+  return reply
 end
 
 -- group adds id to the list of topic in lists, and topic to topics (in
--- order of first appearance) when it is new.
+-- order of first appearance; when given) when it is new.
 local function group(lists, topics, topic, id)
   local list = lists[topic]
   if not list then
     list = {}
     lists[topic] = list
-    topics[#topics + 1] = topic
+    if topics then
+      topics[#topics + 1] = topic
+    end
   end
   list[#list + 1] = id
 end
@@ -159,25 +164,47 @@ end
 -- them, under "0:<topic>", so that an entry's index plus that count is
 -- its place in the list for good: a listing resumes there however many
 -- entries left the head meanwhile, or came back to the tail (list.lua).
--- Once no job of the list is ready, the count can start over (drop_zeros):
--- no job stayed ready since, for a listing to owe it.
+-- A ready job keeps the place of its entry (in the reservation field of its
+-- header): an ID can be in a list more than once (a job that left the ready
+-- state without leaving the list, and came back), and only the entry at the
+-- job's own place stands for it; reserve and list calls drop or skip every
+-- other. Once a list is empty, its count starts over (reserve.lua).
 
--- trimmed counts n entries trimmed from the head of topic's ready list.
-local function trimmed(counts, topic, n)
-  redis.call('HINCRBY', counts, '0:' .. topic, n)
+-- gone is how many entries were trimmed from the head of topic's ready
+-- list: the place of its head.
+local function gone(counts, topic)
+  return tonumber(redis.call('HGET', counts, '0:' .. topic) or '0')
 end
 
--- drop_zeros deletes the counts that are 0, and the trimmed count of
--- every topic with no ready job. It reads the counts alone: no key it was
--- not given, which a slot being migrated may have moved away.
-local function drop_zeros(counts)
-  local flat, values, zeros = redis.call('HGETALL', counts), {}, {}
-  for i = 2, #flat, 2 do
-    values[flat[i - 1]] = tonumber(flat[i])
+-- trimmed records n entries trimmed from the head of topic's ready list,
+-- which holds left entries now; an empty list's count starts over.
+local function trimmed(counts, topic, n, left)
+  if left == 0 then
+    redis.call('HDEL', counts, '0:' .. topic)
+  elseif n > 0 then
+    redis.call('HINCRBY', counts, '0:' .. topic, n)
   end
-  for field, n in pairs(values) do
-    if n == 0 or (sub(field, 1, 2) == '0:' and (values[READY .. sub(field, 2)] or 0) == 0) then
-      zeros[#zeros + 1] = field
+end
+
+-- placed returns the place of the first of n entries just appended to
+-- topic's ready list, which is len long now.
+local function placed(counts, topic, n, len)
+  return gone(counts, topic) + len - n
+end
+
+-- at_place reports whether the encoded job v is ready in topic at place:
+-- whether the entry at place stands for it.
+local function at_place(v, topic, place)
+  return v and byte(v, 1) % 8 == READY and read48(v, RESERVATION) == place and topic_of(v) == topic
+end
+
+-- drop_zeros deletes the counts that are 0. It reads the counts alone: no
+-- key it was not given, which a slot being migrated may have moved away.
+local function drop_zeros(counts)
+  local flat, zeros = redis.call('HGETALL', counts), {}
+  for i = 2, #flat, 2 do
+    if tonumber(flat[i]) == 0 then
+      zeros[#zeros + 1] = flat[i - 1]
     end
   end
   if #zeros > 0 then
@@ -370,10 +397,12 @@ local function schedule(pool, bucket, pub, wake, id, job, due, now)
   wake_if_first(bucket, pub, wake, due, now)
 end
 
--- make_ready puts a job in its topic's ready list and wakes one consumer.
-local function make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
-  redis.call('RPUSH', ready_prefix .. job.topic, id)
+-- make_ready puts a job in its topic's ready list, at the place it keeps,
+-- and wakes one consumer.
+local function make_ready(pool, ready_prefix, counts, pub, ready_channel, id, job, now)
+  local len = redis.call('RPUSH', ready_prefix .. job.topic, id)
   job.state, job.at = READY, math.floor(now / 1000)
+  job.reservation = placed(counts, job.topic, 1, len)
   redis.call('HSET', pool, id, encode(job))
   redis.call(pub, ready_channel .. job.topic, '1')
 end

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- list.lua: one bounded step of a listing of a topic's jobs in one state,
 -- in one bucket (inspect.go).
 -- KEYS[1] what to walk: the bucket zset (delayed and reserved jobs of every
@@ -68,17 +69,17 @@ if kind == 'z' then
   end
   total = redis.call('ZCARD', key)
 else
-  local gone = tonumber(redis.call('HGET', KEYS[3], '0:' .. topic) or '0')
+  local head = gone(KEYS[3], topic)
   total = redis.call('LLEN', key)
   if after_pos ~= '' then
-    first = math.max(0, tonumber(after_pos) + 1 - gone)
+    first = math.max(0, tonumber(after_pos) + 1 - head)
     if first > total then
       first = 0 -- past the end: its count started over (job.lua)
     end
   end
   ids = redis.call('LRANGE', key, first, first + budget - 1)
   for i = 1, #ids do
-    positions[i] = gone + first + i - 1
+    positions[i] = head + first + i - 1
   end
 end
 
@@ -94,7 +95,13 @@ local found = 0
 for i, id in ipairs(ids) do
   out[2], out[3] = positions[i], id
   local v = vs[i]
-  if v and byte(v, 1) % 8 == state and topic_of(v) == topic then
+  local listed
+  if kind == 'l' then
+    listed = at_place(v, topic, positions[i]) -- its job's own entry (job.lua)
+  else
+    listed = v and byte(v, 1) % 8 == state and topic_of(v) == topic
+  end
+  if listed then
     out[#out + 1] = id
     out[#out + 1] = positions[i]
     out[#out + 1] = v

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- move.lua: move due job IDs of one bucket to their topics' ready lists.
 -- Holds the bucket's lease while it works: the caller's token takes a free
 -- lease or extends its own; a lease held by another token moves nothing.
@@ -8,9 +9,10 @@
 -- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
 -- number for this call  ARGV[7] 1 to delete (up to 1,000) tombstones whose
 -- dedup window ended, and the counts that are 0 or start over (job.lua), else 0
--- returns {moved, next_due_in_us or -1, mark, topic, count, topic, count, ...}
--- with how many jobs became ready per topic, or {-1, lease_ttl_ms} when
--- another token holds the lease.
+-- returns {moved, next_due_in_us or -1, mark, fresh, topic, count, topic,
+-- count, ...} with how many jobs became ready per topic, fresh being 1 when
+-- the call took a free lease (0 when it extended its own), or
+-- {-1, lease_ttl_ms} when another token holds the lease.
 -- The ready wake-ups carry a mark of this run ("count:mark", the mark being
 -- "token:number:server time in us"), so that the process that moved the
 -- jobs, which wakes its own consumers from the reply, can skip its own
@@ -27,8 +29,10 @@ local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ready_channel, pub, call, trim = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 
 local holder = redis.call('GET', lock)
+local fresh = 0
 if holder == false then
   redis.call('SET', lock, token, 'PX', lease)
+  fresh = 1
 elseif holder == token then
   redis.call('PEXPIRE', lock, lease)
 else
@@ -50,6 +54,7 @@ for i = 1, #scored, 2 do
   ids[#ids + 1], dues[#dues + 1] = scored[i], floor(tonumber(scored[i + 1]))
 end
 local lists, topics, fields = {}, {}, {}
+local readied = {} -- topic -> per id of its list: the job (decoded) or encoded job, and its due time
 local left = {[DELAYED] = {}, [RESERVED] = {}} -- state -> topic -> jobs that left it
 
 if #ids > 0 then
@@ -67,22 +72,30 @@ if #ids > 0 then
         add1(left[RESERVED], job.topic)
         kill(pool, dead_prefix, dead_topics, id, job, now)
       else
-        if job then
-          job.state, job.at = READY, dues[k]
-          topic, v = job.topic, encode(job)
-        else
-          topic, v = topic_of(v), restate(v, READY, dues[k])
-        end
+        topic = job and job.topic or topic_of(v)
         add1(left[state], topic)
         group(lists, topics, topic, id)
-        fields[#fields + 1] = id
-        fields[#fields + 1] = v
+        group(readied, nil, topic, job or v)
+        group(readied, nil, topic, dues[k])
       end
     end
   end
-  -- The ready lists first: see job.lua.
+  -- The ready lists first: see job.lua. Each job is stored with its
+  -- entry's place, known once its list took the ids.
   for _, topic in ipairs(topics) do
-    in_chunks('RPUSH', ready_prefix .. topic, lists[topic])
+    local place = placed(KEYS[8], topic, #lists[topic], in_chunks('RPUSH', ready_prefix .. topic, lists[topic]))
+    local r = readied[topic]
+    for i = 1, #lists[topic] do
+      local job, due, v = r[2 * i - 1], r[2 * i], nil
+      if type(job) == 'table' then
+        job.state, job.at, job.reservation = READY, due, place + i - 1
+        v = encode(job)
+      else
+        v = restate(job, READY, due, nil, place + i - 1)
+      end
+      fields[#fields + 1] = lists[topic][i]
+      fields[#fields + 1] = v
+    end
   end
   if #fields > 0 then
     in_chunks('HSET', pool, fields)
@@ -94,7 +107,7 @@ if #ids > 0 then
   tally_each(KEYS[8], RESERVED, left[RESERVED], -1)
 end
 -- Wake as many consumers of each topic as jobs became ready.
-local out = {#ids, -1, mark}
+local out = {#ids, -1, mark, fresh}
 for _, topic in ipairs(topics) do
   tally(KEYS[8], READY, topic, #lists[topic])
   redis.call(pub, ready_channel .. topic, #lists[topic] .. ':' .. mark)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- purge.lua: delete dead jobs of a topic that died at least an age ago.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] dead topics set
 -- KEYS[4] dedup zset

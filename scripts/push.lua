@@ -1,3 +1,4 @@
+#!lua
 -- push.lua: add jobs to one bucket; a job whose ID exists already is left alone.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
 -- KEYS[4] dedup zset (tombstones of finished and removed jobs)  KEYS[5] counts hash
@@ -59,6 +60,7 @@ end
 local held = redis.call('HMGET', pool, unpack(ids))
 local stored = {} -- id -> the job this call stored under it
 local fields, scores, lists, first_due, delayed = {}, {}, {}, nil, {}
+local readied = {} -- topic -> the jobs (encoded as pushed) of its list's ids
 for n = 1, count do
   local id, delay, v, gen = ARGV[4 * n], ARGV[4 * n + 1], ARGV[4 * n + 2], ARGV[4 * n + 3]
   local due = pushed_due(now, delay, v)
@@ -70,8 +72,9 @@ for n = 1, count do
   else
     created[n] = 1
     if due <= now_ms then
-      group(lists, topics, topic_of(v), id)
-      v = restate(v, READY, now_ms)
+      local topic = topic_of(v)
+      group(lists, topics, topic, id)
+      group(readied, nil, topic, v)
     else
       -- Stored as the client encoded it: a delayed job's due time is its
       -- score, and its at_ms is not read (see job.lua).
@@ -81,14 +84,21 @@ for n = 1, count do
       if first_due == nil or due < first_due then
         first_due = due
       end
+      fields[#fields + 1] = id
+      fields[#fields + 1] = v
     end
     stored[id] = v
-    fields[#fields + 1] = id
-    fields[#fields + 1] = v
   end
 end
+-- Each ready job is stored with its entry's place (job.lua), known once
+-- its list took the ids.
 for _, topic in ipairs(topics) do
-  redis.call('RPUSH', ready_prefix .. topic, unpack(lists[topic]))
+  local ids = lists[topic]
+  local place = placed(counts, topic, #ids, redis.call('RPUSH', ready_prefix .. topic, unpack(ids)))
+  for i, v in ipairs(readied[topic]) do
+    fields[#fields + 1] = ids[i]
+    fields[#fields + 1] = restate(v, READY, now_ms, nil, place + i - 1)
+  end
 end
 if #fields > 0 then
   in_chunks('HSET', pool, fields)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- release.lua: give a reserved job back to its ready list at once, as a
 -- consumer that stops does; the attempt does not count.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
@@ -14,7 +15,7 @@ if not job then
   return status
 end
 job.attempts = job.attempts - 1
-make_ready(pool, ready_prefix, ARGV[4], ARGV[3], id, job, now_us())
+make_ready(pool, ready_prefix, KEYS[4], ARGV[4], ARGV[3], id, job, now_us())
 redis.call('ZREM', bucket, id)
 tally(KEYS[4], RESERVED, job.topic, -1)
 tally(KEYS[4], READY, job.topic, 1)

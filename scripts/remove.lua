@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- remove.lua: cancel a job in any state.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dead-letter key prefix
 -- KEYS[4] dedup zset  KEYS[5] dead topics set  KEYS[6] counts hash

@@ -1,3 +1,4 @@
+#!lua
 -- requeue.lua: give dead jobs of a topic a new life: ready at once, with
 -- their attempts reset.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
@@ -23,7 +24,7 @@ for _, id in ipairs(ids) do
     local job = decode(v)
     if job.state == DEAD then
       job.attempts = 0
-      make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
+      make_ready(pool, ready_prefix, KEYS[5], pub, ready_channel, id, job, now)
       n = n + 1
     end
   end

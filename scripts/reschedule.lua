@@ -1,3 +1,4 @@
+#!lua
 -- reschedule.lua: move a pending (delayed or ready) job to a new due time.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix  KEYS[4] counts hash
 -- ARGV[1] job id  ARGV[2] delay ms (-1 when ARGV[3] holds the due time)
@@ -26,7 +27,7 @@ if delay >= 0 then
 end
 if due <= math.floor(now / 1000) then
   if job.state == DELAYED then
-    make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
+    make_ready(pool, ready_prefix, KEYS[4], pub, ready_channel, id, job, now)
     redis.call('ZREM', bucket, id)
     tally(KEYS[4], DELAYED, job.topic, -1)
     tally(KEYS[4], READY, job.topic, 1)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- reserve.lua: pop up to a count of ready jobs of a topic from one bucket and
 -- reserve them.
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
@@ -11,10 +12,10 @@
 -- each with when it was due (its at_ms while ready; 0 when not known), and status 1 when
 -- as many as asked were reserved, 0 when the list ran empty, 2 when the
 -- stale IDs dropped reached the limit and the list may hold more.
--- An ID whose job was removed, is no longer ready, or is now a job of
--- another topic (removed and pushed again) is dropped: it is the trace of a
--- job that left the ready state without leaving the list. So is an ID met
--- twice: its first entry is reserved.
+-- An entry that does not stand for a ready job (job.lua: its job was
+-- removed, is no longer ready, is now a job of another topic, or is ready
+-- at another place of the list) is dropped: it is the trace of a job that
+-- left the ready state without leaving the list.
 -- Each reservation takes a new number from the bucket's counter as its
 -- reservation, so no two reservations of one ID, even of a job removed and pushed
 -- again, ever share a reservation.
@@ -59,25 +60,26 @@ local function replay(rec)
 end
 
 -- The IDs are read first and trimmed off the list last, after the jobs are
--- written: a script that fails half-way leaves the list as it was.
-local found, jobs, seen = {}, {}, {} -- jobs: encoded
+-- written: a script that fails half-way leaves the list as it was. An
+-- entry stands for its job only at the job's place (job.lua).
+local head = gone(KEYS[6], topic)
+local found, jobs = {}, {} -- jobs: encoded
 local status, stale, taken = 1, 0, 0
 while #found < want do
   local asked = want - #found
   local ids = redis.call('LRANGE', ready, taken, taken + asked - 1)
-  taken = taken + #ids
   if #ids > 0 then
     local vs = redis.call('HMGET', pool, unpack(ids))
     for i, id in ipairs(ids) do
       local v = vs[i]
-      if v and byte(v, 1) % 8 == READY and not seen[id] and topic_of(v) == topic then
-        seen[id] = true
+      if at_place(v, topic, head + taken + i - 1) then
         found[#found + 1], jobs[#jobs + 1] = id, v
       else
         stale = stale + 1
       end
     end
   end
+  taken = taken + #ids
   if #ids < asked then
     status = 0
     break
@@ -95,7 +97,7 @@ if #found == 0 then
   end
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
-    trimmed(KEYS[6], topic, taken)
+    trimmed(KEYS[6], topic, taken, redis.call('LLEN', ready))
   end
   return {status}
 end
@@ -126,7 +128,7 @@ end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
 redis.call('LTRIM', ready, taken, -1)
-trimmed(KEYS[6], topic, taken)
+trimmed(KEYS[6], topic, taken, redis.call('LLEN', ready))
 tally(KEYS[6], READY, topic, -#found)
 tally(KEYS[6], RESERVED, topic, #found)
 wake_if_first(bucket, pub, wake, first, now)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- retry.lua: a consumer failed a reserved job: deliver it again after a
 -- delay, or move it to the dead letters when its attempts ran out. Or, as
 -- the handler asked: to the dead letters now ("dead"), or back after the
@@ -36,7 +37,7 @@ if mode == 'dead' or (mode ~= 'snooze' and job.attempts >= job.max) then
 end
 local due = due_ms(now, delay)
 if delay <= 0 then
-  make_ready(pool, ready_prefix, pub, ready_channel, id, job, now)
+  make_ready(pool, ready_prefix, KEYS[6], pub, ready_channel, id, job, now)
   redis.call('ZREM', bucket, id)
   tally(KEYS[6], READY, job.topic, 1)
   return {1, due}

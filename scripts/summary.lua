@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- summary.lua: the figures of one bucket, for Overview and Counts.
 -- KEYS[1] counts hash  KEYS[2] pool hash  KEYS[3] dead topics set
 -- KEYS[4] ready-list key prefix  KEYS[5] dead-letter key prefix
@@ -17,7 +18,7 @@ local only = ARGV[1]
 -- of jobs removed or rescheduled wait at the head until a consumer drops
 -- them.
 local function oldest(topic)
-  local ready = ready_prefix .. topic
+  local ready, head = ready_prefix .. topic, gone(counts, topic)
   for from = 0, 900, 100 do
     local ids = redis.call('LRANGE', ready, from, from + 99)
     if #ids == 0 then
@@ -25,9 +26,8 @@ local function oldest(topic)
     end
     local vs = redis.call('HMGET', pool, unpack(ids))
     for i = 1, #ids do
-      local v = vs[i]
-      if v and byte(v, 1) % 8 == READY and topic_of(v) == topic then
-        return read48(v, AT)
+      if at_place(vs[i], topic, head + from + i - 1) then
+        return read48(vs[i], AT)
       end
     end
   end

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- touch.lua: extend the reservations of reserved jobs for long work: each
 -- runs its job's TTR from now.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3..] records of answered

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- unlock.lua: release a bucket's lease if the caller still holds it, and tell
 -- the other processes' handlers that the bucket is free.
 -- KEYS[1] lease lock

@@ -1,3 +1,4 @@
+#!lua
 -- upsert.lua: create a job, or replace the delayed or ready job with its ID,
 -- as if pushed anew: body, topic, TTR, max attempts and due time become the
 -- new job's; attempts and last error start over. An explicit write: a
@@ -38,10 +39,13 @@ if due <= now_ms then
   -- Ready now. A job that was ready in the same topic keeps its place in
   -- the list; otherwise the ID joins the list, and an entry it left in
   -- another list is dropped by the consumer that meets it.
-  if not was_ready then
-    redis.call('RPUSH', ready_prefix .. topic, id)
+  local place
+  if was_ready then
+    place = read48(cur, RESERVATION)
+  else
+    place = placed(KEYS[5], topic, 1, redis.call('RPUSH', ready_prefix .. topic, id))
   end
-  redis.call('HSET', pool, id, restate(v, READY, now_ms))
+  redis.call('HSET', pool, id, restate(v, READY, now_ms, nil, place))
   redis.call('ZREM', bucket, id) -- its due time, or its reservation's deadline
   redis.call(pub, ready_channel .. topic, '1')
   tally(KEYS[5], READY, topic, 1)
