@@ -39,8 +39,19 @@ func (s *Counts) add(c Counts) {
 	s.OldestReady = max(s.OldestReady, c.OldestReady)
 }
 
-// Overview is the queue's figures at one moment: per topic, and for the
-// queue as a whole, apart.
+// merge takes the figures that c has: a walk of a bucket can meet one
+// twice (HSCAN), and each is the bucket's whole figure, not a part of it.
+func (s *Counts) merge(c Counts) {
+	for _, f := range [][2]*int{{&s.Delayed, &c.Delayed}, {&s.Ready, &c.Ready}, {&s.Reserved, &c.Reserved}, {&s.Dead, &c.Dead}} {
+		if *f[1] != 0 {
+			*f[0] = *f[1]
+		}
+	}
+	s.OldestReady = max(s.OldestReady, c.OldestReady)
+}
+
+// Overview is the queue's figures: per topic, and for the queue as a
+// whole, apart.
 type Overview struct {
 	// Topics holds every topic with a job in some state, and every paused
 	// topic.
@@ -57,9 +68,12 @@ type Overview struct {
 	Buckets int
 }
 
-// Overview reads the figures of every topic: one script call per bucket,
-// each O(topics) (and reading at most 1,000 entries of each topic's ready
-// list to find its oldest job), in one pipeline.
+// Overview reads the figures of every topic, a bounded step at a time:
+// each script call looks at about 100 of a bucket's counts (and each ready
+// topic's oldest job among them), one call per bucket in a pipeline, so
+// that it holds Redis briefly however many topics there are. It takes
+// about topics/100 round trips, and its figures are those of each step's
+// moment.
 func (q *DelayQueue) Overview(ctx context.Context) (Overview, error) {
 	if q.closed.Load() {
 		return Overview{}, ErrClosed
@@ -116,41 +130,77 @@ func (q *DelayQueue) Topics(ctx context.Context) ([]string, error) {
 	return topics, nil
 }
 
-// summarize runs summary.lua on every bucket, for topic ("" for all), and
-// gives each bucket's counts per topic to each; it adds the buckets' job
-// counts to jobs.
+// summaryStep is about how many counts or dead topics one summary.lua
+// call looks at: each call holds Redis for a bounded time, however many
+// topics the queue has.
+const summaryStep = 100
+
+// summarize runs summary.lua on every bucket, for topic ("" for all), a
+// step at a time (each round one call per bucket still walking, in one
+// pipeline), and gives each bucket's counts per topic to each; it adds the
+// buckets' job counts to jobs.
 func (q *DelayQueue) summarize(ctx context.Context, topic string, each func(topic string, c Counts), jobs *int) error {
-	calls := make([]*scriptCall, q.opts.buckets)
-	for b := range calls {
-		bk := q.keys.bucket(b)
-		calls[b] = &scriptCall{script: scriptSummary, bucket: b, args: []any{topic},
-			keys: []string{bk.counts, bk.pool, bk.deadTopics, bk.readyPrefix, bk.deadPrefix}}
+	type walk struct {
+		counts, dead string            // cursors
+		per          map[string]Counts // what the steps found so far
 	}
-	q.sendCalls(ctx, calls)
-	for b, c := range calls {
-		per, n, err := readSummary(c.cmd)
-		if err != nil {
-			return fmt.Errorf("delayqueue: count the jobs of bucket %d: %w", b, err)
+	walks := make(map[int]*walk, q.opts.buckets)
+	for b := range q.opts.buckets {
+		walks[b] = &walk{"0", "0", map[string]Counts{}}
+	}
+	first := true
+	for len(walks) > 0 {
+		var calls []*scriptCall
+		for b, w := range walks {
+			bk := q.keys.bucket(b)
+			calls = append(calls, &scriptCall{script: scriptSummary, bucket: b, args: []any{topic, w.counts, w.dead, summaryStep},
+				keys: []string{bk.counts, bk.pool, bk.deadTopics, bk.readyPrefix, bk.deadPrefix}})
 		}
-		*jobs += n
-		for t, counts := range per {
-			each(t, counts)
+		q.sendCalls(ctx, calls)
+		for _, c := range calls {
+			s, err := readSummary(c.cmd)
+			if err != nil {
+				return fmt.Errorf("delayqueue: count the jobs of bucket %d: %w", c.bucket, err)
+			}
+			if first {
+				*jobs += s.jobs
+			}
+			w := walks[c.bucket]
+			for t, counts := range s.per {
+				cur := w.per[t]
+				cur.merge(counts)
+				w.per[t] = cur
+			}
+			w.counts, w.dead = s.counts, s.dead
+			if w.counts == "" && w.dead == "" {
+				for t, counts := range w.per {
+					each(t, counts)
+				}
+				delete(walks, c.bucket)
+			}
 		}
+		first = false
 	}
 	return nil
 }
 
-// readSummary reads summary.lua's reply: the bucket's counts per topic, and
-// its job count.
-func readSummary(cmd *redis.Cmd) (map[string]Counts, int, error) {
+// summary is one step of summary.lua on a bucket.
+type summary struct {
+	per          map[string]Counts
+	jobs         int
+	counts, dead string // the walks' cursors; "" once done
+}
+
+// readSummary reads summary.lua's reply.
+func readSummary(cmd *redis.Cmd) (summary, error) {
 	reply, err := cmd.Slice()
 	if err != nil {
-		return nil, 0, err
+		return summary{}, err
 	}
-	bad := func() (map[string]Counts, int, error) {
-		return nil, 0, fmt.Errorf("unexpected reply %v", reply)
+	bad := func() (summary, error) {
+		return summary{}, fmt.Errorf("unexpected reply %v", reply)
 	}
-	if len(reply) != 5 {
+	if len(reply) != 7 {
 		return bad()
 	}
 	now, ok1 := reply[0].(int64)
@@ -158,7 +208,9 @@ func readSummary(cmd *redis.Cmd) (map[string]Counts, int, error) {
 	counts, ok3 := reply[2].([]any)
 	dead, ok4 := reply[3].([]any)
 	ages, ok5 := reply[4].([]any)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+	countsAt, ok6 := reply[5].(string)
+	deadAt, ok7 := reply[6].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 {
 		return bad()
 	}
 	per := map[string]Counts{}
@@ -204,9 +256,9 @@ func readSummary(cmd *redis.Cmd) (map[string]Counts, int, error) {
 		})
 	}
 	if err != nil {
-		return nil, 0, err
+		return summary{}, err
 	}
-	return per, int(jobs), nil
+	return summary{per: per, jobs: int(jobs), counts: countsAt, dead: deadAt}, nil
 }
 
 // pairs calls f for each name and value of a flat reply [name, value, ...].

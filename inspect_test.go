@@ -299,3 +299,35 @@ func TestInspectionOnRedisErrors(t *testing.T) {
 	_, err = q.List(ctx, "t", StateDelayed, ListOptions{})
 	assert.ErrorContains(t, err, "delayqueue: list delayed jobs")
 }
+
+// Overview of a queue with many topics takes many short script calls, not
+// one long one: each looks at about summaryStep counts of a bucket.
+func TestOverviewOfManyTopicsTakesBoundedSteps(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(2))
+		const topics = 1050
+		jobs := make([]*Job, 0, 2*topics)
+		for i := range topics {
+			topic := fmt.Sprintf("t%04d", i)
+			jobs = append(jobs, &Job{Topic: topic}, &Job{Topic: topic, Delay: time.Hour})
+		}
+		_, err := q.PushMany(ctx, jobs)
+		require.NoError(t, err)
+		calls := &scriptCounter{script: scriptSummary}
+		be.client.AddHook(calls)
+		ov, err := q.Overview(ctx)
+		require.NoError(t, err)
+		assert.Len(t, ov.Topics, topics)
+		for topic, c := range ov.Topics {
+			assert.Equal(t, Counts{Delayed: 1, Ready: 1, OldestReady: c.OldestReady}, c, topic)
+		}
+		assert.Equal(t, 2*topics, ov.Jobs)
+		assert.Equal(t, Counts{Delayed: topics, Ready: topics, OldestReady: ov.Total.OldestReady}, ov.Total)
+		if be.mini == nil { // miniredis's HSCAN answers all at once
+			// 2,100 counts in two buckets, about 100 a step: 20 steps
+			// or more, and a last step per bucket for the dead topics.
+			assert.GreaterOrEqual(t, calls.n.Load(), int64(2*topics/summaryStep))
+		}
+	})
+}
