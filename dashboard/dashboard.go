@@ -32,7 +32,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/dqueue/delayqueue"
@@ -211,44 +210,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		w.Header().Set("Allow", allow)
 		h.fail(w, r, rt.prefix, http.StatusMethodNotAllowed, errors.New("method not allowed"))
 	}
-}
-
-// segments splits an escaped path into its unescaped segments, ignoring a
-// trailing slash.
-func segments(escaped string) ([]string, bool) {
-	escaped = strings.Trim(escaped, "/")
-	if escaped == "" {
-		return nil, true
-	}
-	parts := strings.Split(escaped, "/")
-	for i, p := range parts {
-		s, err := url.PathUnescape(p)
-		if err != nil || s == "" {
-			return nil, false
-		}
-		parts[i] = s
-	}
-	return parts, true
-}
-
-// prefixOf finds the prefix a request was mounted under: what
-// http.StripPrefix took from the front of its path. It is "" at the root,
-// or when that cannot be told.
-func prefixOf(r *http.Request) string {
-	u, err := url.ParseRequestURI(r.RequestURI)
-	if err != nil {
-		return ""
-	}
-	full, rest := u.EscapedPath(), r.URL.EscapedPath()
-	prefix, ok := strings.CutSuffix(full, rest)
-	if !ok && rest == "/" {
-		prefix, ok = full, true // "/admin/queue" stripped to "", then "/"
-	}
-	prefix = strings.TrimSuffix(prefix, "/")
-	if !ok || (prefix != "" && prefix[0] != '/') || strings.HasPrefix(prefix, "//") {
-		return ""
-	}
-	return prefix
 }
 
 // serveStatic serves an embedded asset.

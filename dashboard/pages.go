@@ -96,6 +96,7 @@ func (h *handler) topic(name string) func(http.ResponseWriter, *http.Request, st
 		}
 		data.Jobs, data.Next = page.Jobs, page.Next
 		v := h.view(w, r, prefix, "Topic "+name)
+		v.Here = v.TopicState(name, data.State, data.Cursor)
 		v.Data = data
 		h.render(w, http.StatusOK, "topic", v)
 	}
@@ -117,6 +118,7 @@ func (h *handler) job(id string) func(http.ResponseWriter, *http.Request, string
 			return
 		}
 		v := h.view(w, r, prefix, "Job "+id)
+		v.Here = v.Job(id)
 		v.Data = jobData{Job: job, State: job.State.String(), Headers: sortedHeaders(job.Headers), Body: showBody(job.Body)}
 		h.render(w, http.StatusOK, "job", v)
 	}

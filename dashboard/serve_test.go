@@ -6,7 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dqueue/delayqueue"
@@ -45,9 +48,10 @@ func TestPrefixes(t *testing.T) {
 			code, page = s.get(jobPath(ids.ready))
 			require.Equal(t, http.StatusOK, code, page)
 			assert.Contains(t, page, "hello, world")
-			s.act(topicPath(odd), topicPath(odd)+"/pause")
+			oddPage := topicPath(odd) + "?state=ready"
+			s.act(oddPage, topicPath(odd)+"/pause")
 			assert.Contains(t, paused(t, q), odd)
-			s.act(topicPath(odd), topicPath(odd)+"/resume")
+			s.act(oddPage, topicPath(odd)+"/resume")
 		})
 	}
 }
@@ -149,4 +153,99 @@ func TestCharts(t *testing.T) {
 	assert.Equal(t, 3, bytes.Count([]byte(page), []byte(`<svg class="chart"`)))
 	assert.Contains(t, page, "Lateness")
 	assert.Contains(t, page, "Throughput")
+}
+
+// A mounting is a way to serve a dashboard of q under a prefix.
+type mounting struct {
+	name  string
+	mount func(mux *http.ServeMux, prefix string, q dashboard.Queue)
+}
+
+var mountings = []mounting{
+	{"StripPrefix", func(mux *http.ServeMux, prefix string, q dashboard.Queue) {
+		mux.Handle(prefix+"/", http.StripPrefix(prefix, dashboard.New(q, dashboard.Options{Logger: discard})))
+	}},
+	{"StripPrefix with the slash", func(mux *http.ServeMux, prefix string, q dashboard.Queue) {
+		mux.Handle(prefix+"/", http.StripPrefix(prefix+"/", dashboard.New(q, dashboard.Options{Logger: discard})))
+	}},
+	{"behind a proxy that takes the prefix away", func(mux *http.ServeMux, prefix string, q dashboard.Queue) {
+		d := dashboard.New(q, dashboard.Options{Logger: discard, Prefix: prefix})
+		mux.Handle(prefix+"/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r2 := r.Clone(r.Context())
+			r2.URL.Path = strings.TrimPrefix(r.URL.Path, prefix)
+			r2.URL.RawPath = strings.TrimPrefix(r.URL.RawPath, prefix)
+			r2.RequestURI = strings.TrimPrefix(r.RequestURI, prefix)
+			d.ServeHTTP(w, r2)
+		}))
+	}},
+}
+
+// TestEveryFormLeadsBack submits every form of every page, as a browser
+// does, under prefixes however mounted: each leads to its page (Remove,
+// to the job's topic in the job's state), which is there.
+func TestEveryFormLeadsBack(t *testing.T) {
+	for _, m := range mountings {
+		for _, prefix := range []string{"", "/admin/queue", "/ops/dq-1"} {
+			t.Run(m.name+"/prefix="+prefix, func(t *testing.T) {
+				ctx := context.Background()
+				q := newQueue(t, redistest.Shared(t).Client(t))
+				ids := seed(t, q)
+				kill(t, q, "mail", 2)
+				mux := http.NewServeMux()
+				m.mount(mux, prefix, q)
+				s := serveMux(t, mux, prefix)
+
+				var pages []string
+				for _, topic := range []string{"mail", "paused"} {
+					for _, state := range []string{"dead", "ready", "delayed", "reserved"} {
+						pages = append(pages, topicPath(topic)+"?state="+state)
+					}
+				}
+				for _, id := range []string{ids.dead, ids.reserved, ids.ready, ids.delayed} {
+					pages = append(pages, jobPath(id))
+				}
+				pages = append(pages, "/")
+				sent := 0
+				for _, page := range pages {
+					code, body := s.get(page)
+					require.Equal(t, http.StatusOK, code, page)
+					all := forms(body)
+					actions := make([]string, 0, len(all))
+					for a := range all {
+						actions = append(actions, a)
+					}
+					// The page's forms in turn, from the one page: those
+					// that delete last.
+					deletes := func(a string) bool { return strings.HasSuffix(a, "/remove") || strings.HasSuffix(a, "/purge-dead") }
+					slices.SortFunc(actions, func(a, b string) int {
+						if deletes(a) != deletes(b) {
+							if deletes(a) {
+								return 1
+							}
+							return -1
+						}
+						return strings.Compare(a, b)
+					})
+					for _, action := range actions {
+						want := s.prefix + page
+						if id, ok := strings.CutPrefix(page, "/jobs/"); ok && strings.HasSuffix(action, "/remove") {
+							id, err := url.PathUnescape(id)
+							require.NoError(t, err)
+							job, err := q.Get(ctx, id)
+							require.NoError(t, err)
+							want = s.prefix + topicPath(job.Topic) + "?state=" + job.State.String()
+						}
+						require.True(t, strings.HasPrefix(action, s.prefix+"/"), action)
+						to := s.send(action[len(prefix):], all[action])
+						require.Equal(t, want, to, "%s from %s", action, page)
+						code, body := s.open(to)
+						require.Equal(t, http.StatusOK, code, "%s from %s", to, page)
+						require.NotContains(t, body, "Failed", "%s from %s", action, page)
+						sent++
+					}
+				}
+				assert.Greater(t, sent, 10)
+			})
+		}
+	}
 }

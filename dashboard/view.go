@@ -16,15 +16,15 @@ import (
 )
 
 // view is what every page's template gets: the layout's fields, and the
-// page's own in Data. Its methods build the links, each segment escaped.
+// page's own in Data. Its methods build the addresses of the pages.
 type view struct {
 	Prefix   string
 	Title    string
 	CSRF     string
 	ReadOnly bool
 	Flash    string
-	// Here is the page's path and query below the prefix: where an action
-	// sent from it comes back to.
+	// Here is the page's address: where an action sent from it comes
+	// back to.
 	Here string
 	Data any
 }
@@ -32,10 +32,8 @@ type view struct {
 // view starts a page's view: its form token, and the flash message an
 // action left, which it clears.
 func (h *handler) view(w http.ResponseWriter, r *http.Request, prefix, title string) *view {
-	v := &view{Prefix: prefix, Title: visible.Escape(title), ReadOnly: h.opts.ReadOnly, Here: r.URL.EscapedPath()}
-	if r.URL.RawQuery != "" {
-		v.Here += "?" + r.URL.RawQuery
-	}
+	v := &view{Prefix: prefix, Title: visible.Escape(title), ReadOnly: h.opts.ReadOnly}
+	v.Here = v.Home()
 	if !h.opts.ReadOnly {
 		v.CSRF = h.csrf.formToken(w, r, prefix)
 	}
@@ -58,6 +56,9 @@ func setFlash(w http.ResponseWriter, r *http.Request, prefix, msg string) {
 		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 }
+
+// The addresses of the pages: each the prefix and a path below it, each
+// segment escaped.
 
 // Home is the overview's address.
 func (v *view) Home() string { return v.Prefix + "/" }

@@ -1,0 +1,68 @@
+package dashboard
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Paths: a request's segments, the prefix it was mounted under, and the
+// page an action returns to.
+
+// segments splits an escaped path into its unescaped segments, ignoring
+// the slashes around it.
+func segments(escaped string) ([]string, bool) {
+	escaped = strings.Trim(escaped, "/")
+	if escaped == "" {
+		return nil, true
+	}
+	parts := strings.Split(escaped, "/")
+	for i, p := range parts {
+		s, err := url.PathUnescape(p)
+		if err != nil || s == "" {
+			return nil, false
+		}
+		parts[i] = s
+	}
+	return parts, true
+}
+
+// prefixOf finds the prefix a request was mounted under: what
+// http.StripPrefix took from the front of its path. It is "" at the root,
+// or when that cannot be told.
+func prefixOf(r *http.Request) string {
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil {
+		return ""
+	}
+	full, rest := u.EscapedPath(), r.URL.EscapedPath()
+	prefix, ok := strings.CutSuffix(full, rest)
+	if !ok && rest == "/" {
+		prefix, ok = full, true // "/admin/queue" stripped to "", then "/"
+	}
+	prefix = strings.TrimSuffix(prefix, "/")
+	if !ok || (prefix != "" && prefix[0] != '/') || strings.HasPrefix(prefix, "//") {
+		return ""
+	}
+	return prefix
+}
+
+// backTo is where an action sends the browser back to: the address its
+// form gave, when that is a page below prefix, else the overview.
+func backTo(prefix, to string) string {
+	path, _, _ := strings.Cut(to, "?")
+	if !strings.HasPrefix(path, prefix+"/") || strings.Contains(path, "//") {
+		return prefix + "/"
+	}
+	for i := 0; i < len(to); i++ {
+		if to[i] <= ' ' || to[i] >= 0x7f || to[i] == '\\' || to[i] == '#' {
+			return prefix + "/"
+		}
+	}
+	for _, seg := range strings.Split(path, "/") {
+		if s, err := url.PathUnescape(seg); err != nil || s == "." || s == ".." {
+			return prefix + "/"
+		}
+	}
+	return to
+}
