@@ -149,7 +149,7 @@ func parsePages() map[string]*template.Template {
 }
 
 // ServeHTTP routes a request by its path, whose segments are unescaped one
-// by one, so that a topic or an ID may hold '/', '?', '#' or '%'.
+// by one; a topic or an ID is one segment (paths.go).
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -172,14 +172,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.get = h.overview
 	case len(segs) == 2 && segs[0] == "static":
 		rt.get = h.serveStatic(segs[1])
-	case len(segs) == 2 && segs[0] == "topics":
-		rt.get = h.topic(segs[1])
-	case len(segs) == 3 && segs[0] == "topics":
-		rt.post = h.topicAction(segs[1], segs[2])
-	case len(segs) == 2 && segs[0] == "jobs":
-		rt.get = h.job(segs[1])
-	case len(segs) == 3 && segs[0] == "jobs":
-		rt.post = h.jobAction(segs[1], segs[2])
+	case (len(segs) == 2 || len(segs) == 3) && (segs[0] == "topics" || segs[0] == "jobs"):
+		name, ok := unsegment(segs[1])
+		if !ok {
+			h.fail(w, r, prefix, http.StatusBadRequest, errors.New("bad path"))
+			return
+		}
+		switch {
+		case len(segs) == 2 && segs[0] == "topics":
+			rt.get = h.topic(name)
+		case len(segs) == 3 && segs[0] == "topics":
+			rt.post = h.topicAction(name, segs[2])
+		case len(segs) == 2:
+			rt.get = h.job(name)
+		default:
+			rt.post = h.jobAction(name, segs[2])
+		}
 	}
 	h.serve(w, r, rt)
 }

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"html"
@@ -223,6 +224,15 @@ func (s *site) actTo(page, action, landing string) string {
 	return after
 }
 
-// topicPath and jobPath are the pages' paths, escaped as the links are.
-func topicPath(topic string) string { return "/topics/" + url.PathEscape(topic) }
-func jobPath(id string) string      { return "/jobs/" + url.PathEscape(id) }
+// topicPath and jobPath are the pages' paths: a topic or an ID is itself,
+// percent-encoded, or when it is "." or "..", holds '/', '\' or '%', or
+// begins with '!', '!' and its base64url.
+func topicPath(topic string) string { return "/topics/" + pathSegment(topic) }
+func jobPath(id string) string      { return "/jobs/" + pathSegment(id) }
+
+func pathSegment(name string) string {
+	if name == "." || name == ".." || strings.HasPrefix(name, "!") || strings.ContainsAny(name, `/\%`) {
+		return "!" + base64.RawURLEncoding.EncodeToString([]byte(name))
+	}
+	return url.PathEscape(name)
+}

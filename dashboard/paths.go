@@ -1,13 +1,42 @@
 package dashboard
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/url"
 	"strings"
 )
 
-// Paths: a request's segments, the prefix it was mounted under, and the
-// page an action returns to.
+// Paths: how an address names a topic or a job, how a request's path is
+// read, and where an action sends the browser back to.
+//
+// A topic or a job ID is one segment. An ordinary one is itself,
+// percent-encoded, so that links read well. One that a browser, a proxy or
+// a router could split or clean away ("." and "..", one holding '/', '\'
+// or '%') is written as '!' and its base64url, which no cleaning changes;
+// so is one that begins with '!', to tell them apart.
+
+// coded begins a segment that holds a name in base64url (RFC 4648, no
+// padding).
+const coded = "!"
+
+// segment is the path segment of a topic or an ID.
+func segment(name string) string {
+	if name == "." || name == ".." || strings.HasPrefix(name, coded) || strings.ContainsAny(name, `/\%`) {
+		return coded + base64.RawURLEncoding.EncodeToString([]byte(name))
+	}
+	return url.PathEscape(name)
+}
+
+// unsegment reads a topic or an ID from its unescaped path segment.
+func unsegment(seg string) (string, bool) {
+	b64, ok := strings.CutPrefix(seg, coded)
+	if !ok {
+		return seg, seg != ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(b64)
+	return string(b), err == nil && len(b) > 0
+}
 
 // segments splits an escaped path into its unescaped segments, ignoring
 // the slashes around it.

@@ -3,7 +3,9 @@ package dashboard_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"html"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dashboard"
@@ -44,7 +47,7 @@ func TestPrefixes(t *testing.T) {
 				code, _ := s.get(link[len(prefix):])
 				assert.Equal(t, http.StatusOK, code, link)
 			}
-			assert.Contains(t, page, `href="`+prefix+`/topics/a%2Fb%3Fc%23d%25e%2F%C3%BC"`)
+			assert.Contains(t, page, `href="`+prefix+`/topics/!YS9iP2MjZCVlL8O8"`)
 			code, page = s.get(jobPath(ids.ready))
 			require.Equal(t, http.StatusOK, code, page)
 			assert.Contains(t, page, "hello, world")
@@ -97,6 +100,8 @@ func TestErrorPages(t *testing.T) {
 	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "")
 	for p, want := range map[string]int{
 		jobPath("no-such-job"):                  http.StatusNotFound,
+		"/jobs/!!":                              http.StatusBadRequest,
+		"/topics/!":                             http.StatusBadRequest,
 		jobPath("a\x01b"):                       http.StatusBadRequest,
 		topicPath("a b"):                        http.StatusBadRequest,
 		topicPath("mail") + "?state=gone":       http.StatusBadRequest,
@@ -180,6 +185,20 @@ var mountings = []mounting{
 	}},
 }
 
+// oddNames are topics and IDs that a path does not hold as they are.
+var oddNames = []string{".", "..", "a/b", "a/../b", "/", "%", "%2e%2e", "?x#y&z=1", "ü/ä", "!", "!Lg", `a\b`,
+	strings.Repeat("/", 200), strings.Repeat(".", 200), strings.Repeat("é", 100)}
+
+// pushOdd pushes, for each odd name, a job of that ID to the topic of
+// that name, due in an hour.
+func pushOdd(t *testing.T, q *delayqueue.DelayQueue) {
+	t.Helper()
+	for _, name := range oddNames {
+		_, err := q.Push(context.Background(), &delayqueue.Job{ID: name, Topic: name, Body: []byte("odd"), Delay: time.Hour})
+		require.NoError(t, err, "%q", name)
+	}
+}
+
 // TestEveryFormLeadsBack submits every form of every page, as a browser
 // does, under prefixes however mounted: each leads to its page (Remove,
 // to the job's topic in the job's state), which is there.
@@ -191,17 +210,18 @@ func TestEveryFormLeadsBack(t *testing.T) {
 				q := newQueue(t, redistest.Shared(t).Client(t))
 				ids := seed(t, q)
 				kill(t, q, "mail", 2)
+				pushOdd(t, q)
 				mux := http.NewServeMux()
 				m.mount(mux, prefix, q)
 				s := serveMux(t, mux, prefix)
 
 				var pages []string
-				for _, topic := range []string{"mail", "paused"} {
+				for _, topic := range append([]string{"mail", "paused"}, oddNames...) {
 					for _, state := range []string{"dead", "ready", "delayed", "reserved"} {
 						pages = append(pages, topicPath(topic)+"?state="+state)
 					}
 				}
-				for _, id := range []string{ids.dead, ids.reserved, ids.ready, ids.delayed} {
+				for _, id := range append([]string{ids.dead, ids.reserved, ids.ready, ids.delayed}, oddNames...) {
 					pages = append(pages, jobPath(id))
 				}
 				pages = append(pages, "/")
@@ -229,9 +249,7 @@ func TestEveryFormLeadsBack(t *testing.T) {
 					for _, action := range actions {
 						want := s.prefix + page
 						if id, ok := strings.CutPrefix(page, "/jobs/"); ok && strings.HasSuffix(action, "/remove") {
-							id, err := url.PathUnescape(id)
-							require.NoError(t, err)
-							job, err := q.Get(ctx, id)
+							job, err := q.Get(ctx, oddOrPlain(id))
 							require.NoError(t, err)
 							want = s.prefix + topicPath(job.Topic) + "?state=" + job.State.String()
 						}
@@ -244,8 +262,80 @@ func TestEveryFormLeadsBack(t *testing.T) {
 						sent++
 					}
 				}
-				assert.Greater(t, sent, 10)
+				assert.Greater(t, sent, 2*len(oddNames))
 			})
 		}
+	}
+}
+
+// oddOrPlain reads an ID back from jobPath's segment.
+func oddOrPlain(seg string) string {
+	if b64, ok := strings.CutPrefix(seg, "!"); ok {
+		b, _ := base64.RawURLEncoding.DecodeString(b64)
+		return string(b)
+	}
+	s, _ := url.PathUnescape(seg)
+	return s
+}
+
+var (
+	topicRowRe = regexp.MustCompile(`(?s)<tr data-topic="([^"]*)">(.*?)</tr>`)
+	delayedRe  = regexp.MustCompile(`<a href="([^"]*)" data-count="delayed">`)
+	jobLinkRe  = regexp.MustCompile(`(?s)<tr data-job="([^"]*)">\s*<td><a href="([^"]*)">`)
+	jobNameRe  = regexp.MustCompile(`<h1>Job <span class="name">([^<]*)</span>`)
+)
+
+// links returns the links of a page's rows, by the row's name: re's first
+// group is the name, its second the link.
+func links(re *regexp.Regexp, page string) map[string]string {
+	out := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(page, -1) {
+		out[html.UnescapeString(m[1])] = html.UnescapeString(m[2])
+	}
+	return out
+}
+
+// TestOddNamesOpenAndRemove follows the links the pages show, as a user
+// does, to each job whose ID (and topic) a path does not hold as it is,
+// and removes it with its page's button.
+func TestOddNamesOpenAndRemove(t *testing.T) {
+	for _, prefix := range []string{"", "/admin/queue"} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			ctx := context.Background()
+			q := newQueue(t, redistest.Shared(t).Client(t))
+			pushOdd(t, q)
+			s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), prefix)
+			code, overview := s.get("/")
+			require.Equal(t, http.StatusOK, code)
+			rows := map[string]string{}
+			for _, m := range topicRowRe.FindAllStringSubmatch(overview, -1) {
+				rows[html.UnescapeString(m[1])] = m[2]
+			}
+			for _, name := range oddNames {
+				require.Contains(t, rows, name)
+				m := delayedRe.FindStringSubmatch(rows[name])
+				require.NotNil(t, m, "%q", name)
+				topicPage := html.UnescapeString(m[1])
+				code, page := s.open(topicPage)
+				require.Equal(t, http.StatusOK, code, "%q: %s", name, topicPage)
+				jobPage, ok := links(jobLinkRe, page)[name]
+				require.True(t, ok, "%q is not listed on %s", name, topicPage)
+
+				code, page = s.open(jobPage)
+				require.Equal(t, http.StatusOK, code, "%q: %s", name, jobPage)
+				shown := jobNameRe.FindStringSubmatch(page)
+				require.NotNil(t, shown)
+				assert.Equal(t, name, html.UnescapeString(shown[1]))
+				remove := jobPage + "/remove"
+				form, ok := forms(page)[remove]
+				require.True(t, ok, "no Remove on %s", jobPage)
+				require.Equal(t, topicPage, s.send(remove[len(prefix):], form), "%q", name)
+				code, page = s.open(topicPage)
+				require.Equal(t, http.StatusOK, code)
+				assert.Contains(t, page, "Removed job "+html.EscapeString(name)+".")
+				_, err := q.Get(ctx, name)
+				assert.ErrorIs(t, err, delayqueue.ErrNotFound, "%q", name)
+			}
+		})
 	}
 }

@@ -57,8 +57,8 @@ func setFlash(w http.ResponseWriter, r *http.Request, prefix, msg string) {
 	})
 }
 
-// The addresses of the pages: each the prefix and a path below it, each
-// segment escaped.
+// The addresses of the pages: each the prefix and a path below it, with
+// a topic or an ID as one segment (see segment).
 
 // Home is the overview's address.
 func (v *view) Home() string { return v.Prefix + "/" }
@@ -67,7 +67,7 @@ func (v *view) Home() string { return v.Prefix + "/" }
 func (v *view) Static(name string) string { return v.Prefix + "/static/" + name }
 
 // Topic is the address of a topic's page.
-func (v *view) Topic(topic string) string { return v.Prefix + "/topics/" + url.PathEscape(topic) }
+func (v *view) Topic(topic string) string { return v.Prefix + "/topics/" + segment(topic) }
 
 // TopicState is the address of a topic's page listing the jobs in state,
 // from cursor ("" for the first page).
@@ -80,7 +80,7 @@ func (v *view) TopicState(topic, state, cursor string) string {
 }
 
 // Job is the address of a job's page.
-func (v *view) Job(id string) string { return v.Prefix + "/jobs/" + url.PathEscape(id) }
+func (v *view) Job(id string) string { return v.Prefix + "/jobs/" + segment(id) }
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
