@@ -30,6 +30,7 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request, prefix string, do 
 		}
 		msg = "Failed: " + err.Error()
 	}
+	h.overviews.drop()
 	setFlash(w, r, prefix, msg)
 	// Not http.Redirect, which would clean the path.
 	w.Header().Set("Location", backTo(prefix, r.PostFormValue("back")))

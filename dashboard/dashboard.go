@@ -8,7 +8,9 @@
 // ready job, whether it is paused, and charts of the last minutes), a page
 // per topic listing its jobs by state a page at a time, and a page per job
 // (its fields, headers, last error and body). Its buttons pause and resume
-// a topic, requeue or purge dead letters, and remove a job.
+// a topic, requeue or purge dead letters, and remove a job. The overview's
+// figures are read from Redis at most every 2 s (longer when reading them
+// takes long), once for all who look.
 //
 // The pages are rendered on the server with html/template, which escapes
 // every topic, ID, header, error and body; a body that is not printable
@@ -99,8 +101,10 @@ type handler struct {
 	log     *slog.Logger
 	csrf    csrfKey
 	history *history
-	pages   map[string]*template.Template
-	static  fs.FS
+	// overviews keeps the last Overview a moment (cache.go).
+	overviews *overviewCache
+	pages     map[string]*template.Template
+	static    fs.FS
 }
 
 // New returns the dashboard of q as an http.Handler, to mount under a
@@ -128,7 +132,7 @@ func New(q Queue, opts Options) http.Handler {
 	if err != nil {
 		panic(err) // the embedded folder exists
 	}
-	return &handler{
+	h := &handler{
 		q:       q,
 		opts:    opts,
 		log:     opts.Logger,
@@ -137,6 +141,14 @@ func New(q Queue, opts Options) http.Handler {
 		pages:   parsePages(),
 		static:  static,
 	}
+	h.overviews = newOverviewCache(func(ctx context.Context) (delayqueue.Overview, error) {
+		ov, err := q.Overview(ctx)
+		if err == nil {
+			h.history.add(ov)
+		}
+		return ov, err
+	})
+	return h
 }
 
 // parsePages parses each page with the layout around it.

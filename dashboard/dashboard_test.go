@@ -130,6 +130,7 @@ func TestActions(t *testing.T) {
 
 		page := s.act("/", topicPath("mail")+"/pause")
 		assert.Contains(t, page, "Paused mail.")
+		assert.Regexp(t, `(?s)data-topic="mail">.*?badge paused.*?</tr>`, page, "the overview reads anew after an action")
 		assert.ElementsMatch(t, []string{"mail", "paused"}, paused(t, q))
 		page = s.act("/", topicPath("mail")+"/resume")
 		assert.Contains(t, page, "Resumed mail.")

@@ -4,6 +4,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/dqueue/delayqueue"
 )
@@ -17,6 +18,7 @@ type overviewData struct {
 	Jobs    int
 	Buckets int
 	Charts  []template.HTML
+	At      time.Time // when the figures were read
 }
 
 // topicRow is a topic's line in the overview.
@@ -27,30 +29,18 @@ type topicRow struct {
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request, prefix string) {
-	ov, err := h.q.Overview(r.Context())
+	snap, err := h.overviews.get(r.Context())
 	if err != nil {
 		h.fail(w, r, prefix, status(err), err)
 		return
 	}
-	h.history.add(ov)
-	data := overviewData{Total: ov.Total, Jobs: ov.Jobs, Buckets: ov.Buckets, Charts: h.history.charts()}
-	for name, c := range ov.Topics {
-		data.Topics = append(data.Topics, topicRow{Name: name, Counts: c, Paused: slices.Contains(ov.Paused, name)})
+	data := overviewData{Total: snap.Total, Jobs: snap.Jobs, Buckets: snap.Buckets, Charts: h.history.charts(), At: snap.at}
+	for _, name := range snap.names {
+		data.Topics = append(data.Topics, topicRow{Name: name, Counts: snap.Topics[name], Paused: snap.paused[name]})
 	}
-	slices.SortFunc(data.Topics, func(a, b topicRow) int { return cmpString(a.Name, b.Name) })
 	v := h.view(w, r, prefix, "Overview")
 	v.Data = data
 	h.render(w, http.StatusOK, "overview", v)
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // topicData is a topic page's.
