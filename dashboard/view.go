@@ -63,6 +63,22 @@ func setFlash(w http.ResponseWriter, r *http.Request, prefix, msg string) {
 // Home is the overview's address.
 func (v *view) Home() string { return v.Prefix + "/" }
 
+// Overview is the address of the overview's page listing the topics
+// starting with namePrefix, after the name after or before the name
+// before (both "" for the first page).
+func (v *view) Overview(namePrefix, after, before string) string {
+	q := url.Values{}
+	for k, s := range map[string]string{"prefix": namePrefix, "after": after, "before": before} {
+		if s != "" {
+			q.Set(k, s)
+		}
+	}
+	if len(q) == 0 {
+		return v.Home()
+	}
+	return v.Home() + "?" + q.Encode()
+}
+
 // Static is the address of an embedded asset.
 func (v *view) Static(name string) string { return v.Prefix + "/static/" + name }
 
@@ -88,6 +104,7 @@ var funcs = template.FuncMap{
 	"vis":  visible.Escape, // names, errors and headers: no control or bidi runes as they are
 	"when": when,
 	"list": func(a ...any) []any { return a },
+	"add":  func(a, b int) int { return a + b },
 }
 
 // duration shows a length of time rounded for reading.
