@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
-	"unicode"
 )
 
 // The actions: each a POST from one of the dashboard's forms, answered
-// with a redirect (303) to the page it came from, which shows what was
-// done.
+// with a redirect (303) to the page its form names in "back", which shows
+// what was done.
 
 // act checks an action's request, runs it, and redirects back with its
 // message; an error that is the queue's, not the request's, is logged.
@@ -32,18 +30,11 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request, prefix string, do 
 		}
 		msg = "Failed: " + err.Error()
 	}
+	h.overviews.drop()
 	setFlash(w, r, prefix, msg)
-	http.Redirect(w, r, prefix+back(r.PostFormValue("back")), http.StatusSeeOther)
-}
-
-// back is where an action returns to: the form's page, below the prefix,
-// or the overview for anything that is not a path of ours.
-func back(to string) string {
-	if !strings.HasPrefix(to, "/") || strings.HasPrefix(to, "//") ||
-		strings.IndexFunc(to, func(r rune) bool { return r == '\\' || unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0 {
-		return "/"
-	}
-	return to
+	// Not http.Redirect, which would clean the path.
+	w.Header().Set("Location", backTo(prefix, r.PostFormValue("back")))
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // topicAction is an action on a topic.

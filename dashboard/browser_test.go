@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -21,9 +22,11 @@ import (
 
 // TestBrowser drives a headless Chromium against a dashboard on a real
 // Redis: it reads the overview's counts, opens a job whose body is a
-// script and checks that it shows as text and runs nothing, and clicks
-// requeue and pause. With DQ_SCREENSHOTS=dir it saves the pages it sees
-// there (the README's come from it).
+// script and checks that it shows as text and runs nothing, clicks
+// requeue and pause, and opens and removes jobs whose IDs and topics are
+// ".", ".." and "a/b" by clicking through the pages. With
+// DQ_SCREENSHOTS=dir it saves the pages it sees there (the README's come
+// from it).
 func TestBrowser(t *testing.T) {
 	if os.Getenv("DQ_BROWSER") != "1" {
 		t.Skip("set DQ_BROWSER=1 to drive headless Chromium against the dashboard (.ci/run does)")
@@ -36,6 +39,11 @@ func TestBrowser(t *testing.T) {
 	}
 	q := newQueue(t, redistest.Shared(t).Client(t))
 	ids := seed(t, q)
+	odd := []string{".", "..", "a/b"}
+	for _, name := range odd {
+		_, err := q.Push(context.Background(), &delayqueue.Job{ID: name, Topic: name, Body: []byte("odd"), Delay: time.Hour})
+		require.NoError(t, err)
+	}
 	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "/admin/queue")
 	base := s.srv.URL + "/admin/queue"
 
@@ -66,16 +74,21 @@ func TestBrowser(t *testing.T) {
 		}
 	}))
 	defer cancel()
-	var dialogs atomic.Int32
+	var dialogs atomic.Int32 // each accepted
 	chromedp.ListenTarget(ctx, func(ev any) {
 		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
 			dialogs.Add(1)
-			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(false)) }()
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
 		}
 	})
+	require.NoError(t, chromedp.Run(ctx)) // starts the browser, for the life of ctx
+	// Each step may wait for the page it leads to: a page that never
+	// comes fails the test instead of hanging it.
 	run := func(actions ...chromedp.Action) {
 		t.Helper()
-		require.NoError(t, chromedp.Run(ctx, actions...))
+		step, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		require.NoError(t, chromedp.Run(step, actions...))
 	}
 	shot := func(name string) chromedp.Action {
 		dir := os.Getenv("DQ_SCREENSHOTS")
@@ -91,17 +104,15 @@ func TestBrowser(t *testing.T) {
 		})
 	}
 
-	// The overview, shown twice so that its charts have two samples.
+	// The overview.
 	var ready, delayed, reserved, dead, pausedRow string
 	row := `tr[data-topic="mail"] `
 	run(chromedp.Navigate(base+"/"), chromedp.WaitVisible(row),
-		chromedp.Reload(), chromedp.WaitVisible(`svg.chart`),
 		chromedp.Text(row+`a[data-count="ready"]`, &ready),
 		chromedp.Text(row+`a[data-count="delayed"]`, &delayed),
 		chromedp.Text(row+`a[data-count="reserved"]`, &reserved),
 		chromedp.Text(row+`a[data-count="dead"]`, &dead),
-		chromedp.Text(`tr[data-topic="paused"]`, &pausedRow),
-		shot("overview"))
+		chromedp.Text(`tr[data-topic="paused"]`, &pausedRow))
 	assert.Equal(t, []string{"3", "1", "1", "1"}, []string{ready, delayed, reserved, dead})
 	assert.Contains(t, pausedRow, "paused")
 
@@ -123,9 +134,33 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(`tr[data-job] button`), chromedp.WaitVisible(`.flash`))
 	assert.Equal(t, delayqueue.StateReady, state(t, q, ids.dead))
 
-	// Pause mail from the overview.
+	// Pause mail from the overview, which then reads the queue anew: its
+	// charts have two samples.
 	run(chromedp.Navigate(base+"/"), chromedp.WaitVisible(row+`button`),
-		chromedp.Click(row+`button`), chromedp.WaitVisible(`.flash`))
+		chromedp.Click(row+`button`), chromedp.WaitVisible(`.flash`), chromedp.WaitVisible(`svg.chart`),
+		chromedp.Text(row, &pausedRow), shot("overview"))
 	assert.True(t, slices.Contains(paused(t, q), "mail"))
+	assert.Contains(t, pausedRow, "paused")
 	assert.Zero(t, dialogs.Load(), "a dialog opened")
+
+	// Open each odd job from its topic's row and remove it: back on its
+	// topic's delayed jobs.
+	for i, name := range odd {
+		var shown, flash, at string
+		var left int
+		run(chromedp.Navigate(base+"/"),
+			chromedp.Click(`tr[data-topic="`+name+`"] a[data-count="delayed"]`), chromedp.WaitVisible(`tr[data-job]`),
+			chromedp.Click(`tr[data-job="`+name+`"] a`), chromedp.WaitVisible(`#body`),
+			chromedp.Text(`h1 .name`, &shown),
+			chromedp.Click(`form[action$="/remove"] button`), chromedp.WaitVisible(`.flash`),
+			chromedp.Text(`.flash`, &flash), chromedp.Location(&at),
+			chromedp.Evaluate(`document.querySelectorAll("tr[data-job]").length`, &left))
+		assert.Equal(t, name, shown)
+		assert.Equal(t, "Removed job "+name+".", flash)
+		assert.Equal(t, base+topicPath(name)+"?state=delayed", at)
+		assert.Zero(t, left)
+		_, err := q.Get(context.Background(), name)
+		assert.ErrorIs(t, err, delayqueue.ErrNotFound, "%q", name)
+		assert.Equal(t, int32(i+1), dialogs.Load(), "Remove asks first")
+	}
 }

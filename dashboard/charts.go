@@ -13,9 +13,9 @@ import (
 )
 
 // The overview's charts: the queue's figures over the last minutes, as
-// sampled each time the overview is shown (its auto-refresh shows it every
-// few seconds), kept in a ring in memory. No goroutine samples in the
-// background: a dashboard nobody looks at costs nothing.
+// sampled each time the overview reads them anew (its auto-refresh shows
+// it every few seconds), kept in a ring in memory. No goroutine samples in
+// the background: a dashboard nobody looks at costs nothing.
 
 const (
 	// keepSamples bounds the ring: at one sample per samplesEvery, 20

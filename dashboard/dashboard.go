@@ -5,10 +5,12 @@
 //	mux.Handle("/admin/queue/", http.StripPrefix("/admin/queue", dashboard.New(q, dashboard.Options{})))
 //
 // It shows an overview (each topic's jobs per state, the age of its oldest
-// ready job, whether it is paused, and charts of the last minutes), a page
-// per topic listing its jobs by state a page at a time, and a page per job
-// (its fields, headers, last error and body). Its buttons pause and resume
-// a topic, requeue or purge dead letters, and remove a job.
+// ready job, whether it is paused, a hundred topics a page; and charts of
+// the last minutes), a page per topic listing its jobs by state a page at
+// a time, and a page per job (its fields, headers, last error and body).
+// Its buttons pause and resume a topic, requeue or purge dead letters, and
+// remove a job. The overview's figures are read from Redis at most every
+// 2 s (longer when reading them takes long), once for all who look.
 //
 // The pages are rendered on the server with html/template, which escapes
 // every topic, ID, header, error and body; a body that is not printable
@@ -32,7 +34,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/dqueue/delayqueue"
@@ -100,8 +101,10 @@ type handler struct {
 	log     *slog.Logger
 	csrf    csrfKey
 	history *history
-	pages   map[string]*template.Template
-	static  fs.FS
+	// overviews keeps the last Overview a moment (cache.go).
+	overviews *overviewCache
+	pages     map[string]*template.Template
+	static    fs.FS
 }
 
 // New returns the dashboard of q as an http.Handler, to mount under a
@@ -129,7 +132,7 @@ func New(q Queue, opts Options) http.Handler {
 	if err != nil {
 		panic(err) // the embedded folder exists
 	}
-	return &handler{
+	h := &handler{
 		q:       q,
 		opts:    opts,
 		log:     opts.Logger,
@@ -138,6 +141,14 @@ func New(q Queue, opts Options) http.Handler {
 		pages:   parsePages(),
 		static:  static,
 	}
+	h.overviews = newOverviewCache(func(ctx context.Context) (delayqueue.Overview, error) {
+		ov, err := q.Overview(ctx)
+		if err == nil {
+			h.history.add(ov)
+		}
+		return ov, err
+	})
+	return h
 }
 
 // parsePages parses each page with the layout around it.
@@ -150,7 +161,7 @@ func parsePages() map[string]*template.Template {
 }
 
 // ServeHTTP routes a request by its path, whose segments are unescaped one
-// by one, so that a topic or an ID may hold '/', '?', '#' or '%'.
+// by one; a topic or an ID is one segment (paths.go).
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -173,14 +184,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.get = h.overview
 	case len(segs) == 2 && segs[0] == "static":
 		rt.get = h.serveStatic(segs[1])
-	case len(segs) == 2 && segs[0] == "topics":
-		rt.get = h.topic(segs[1])
-	case len(segs) == 3 && segs[0] == "topics":
-		rt.post = h.topicAction(segs[1], segs[2])
-	case len(segs) == 2 && segs[0] == "jobs":
-		rt.get = h.job(segs[1])
-	case len(segs) == 3 && segs[0] == "jobs":
-		rt.post = h.jobAction(segs[1], segs[2])
+	case (len(segs) == 2 || len(segs) == 3) && (segs[0] == "topics" || segs[0] == "jobs"):
+		name, ok := unsegment(segs[1])
+		if !ok {
+			h.fail(w, r, prefix, http.StatusBadRequest, errors.New("bad path"))
+			return
+		}
+		switch {
+		case len(segs) == 2 && segs[0] == "topics":
+			rt.get = h.topic(name)
+		case len(segs) == 3 && segs[0] == "topics":
+			rt.post = h.topicAction(name, segs[2])
+		case len(segs) == 2:
+			rt.get = h.job(name)
+		default:
+			rt.post = h.jobAction(name, segs[2])
+		}
 	}
 	h.serve(w, r, rt)
 }
@@ -211,44 +230,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		w.Header().Set("Allow", allow)
 		h.fail(w, r, rt.prefix, http.StatusMethodNotAllowed, errors.New("method not allowed"))
 	}
-}
-
-// segments splits an escaped path into its unescaped segments, ignoring a
-// trailing slash.
-func segments(escaped string) ([]string, bool) {
-	escaped = strings.Trim(escaped, "/")
-	if escaped == "" {
-		return nil, true
-	}
-	parts := strings.Split(escaped, "/")
-	for i, p := range parts {
-		s, err := url.PathUnescape(p)
-		if err != nil || s == "" {
-			return nil, false
-		}
-		parts[i] = s
-	}
-	return parts, true
-}
-
-// prefixOf finds the prefix a request was mounted under: what
-// http.StripPrefix took from the front of its path. It is "" at the root,
-// or when that cannot be told.
-func prefixOf(r *http.Request) string {
-	u, err := url.ParseRequestURI(r.RequestURI)
-	if err != nil {
-		return ""
-	}
-	full, rest := u.EscapedPath(), r.URL.EscapedPath()
-	prefix, ok := strings.CutSuffix(full, rest)
-	if !ok && rest == "/" {
-		prefix, ok = full, true // "/admin/queue" stripped to "", then "/"
-	}
-	prefix = strings.TrimSuffix(prefix, "/")
-	if !ok || (prefix != "" && prefix[0] != '/') || strings.HasPrefix(prefix, "//") {
-		return ""
-	}
-	return prefix
 }
 
 // serveStatic serves an embedded asset.

@@ -130,6 +130,7 @@ func TestActions(t *testing.T) {
 
 		page := s.act("/", topicPath("mail")+"/pause")
 		assert.Contains(t, page, "Paused mail.")
+		assert.Regexp(t, `(?s)data-topic="mail">.*?badge paused.*?</tr>`, page, "the overview reads anew after an action")
 		assert.ElementsMatch(t, []string{"mail", "paused"}, paused(t, q))
 		page = s.act("/", topicPath("mail")+"/resume")
 		assert.Contains(t, page, "Resumed mail.")
@@ -149,13 +150,18 @@ func TestActions(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, counts.Dead)
 
-		page = s.act(topicPath("mail")+"?state=delayed", jobPath(ids.delayed)+"/remove")
+		// Remove leads from the job's page to its topic's, in the state
+		// the job was in.
+		page = s.actTo(jobPath(ids.delayed), jobPath(ids.delayed)+"/remove", topicPath("mail")+"?state=delayed")
 		assert.Contains(t, page, "Removed job "+ids.delayed)
 		_, err = q.Get(ctx, ids.delayed)
 		assert.ErrorIs(t, err, delayqueue.ErrNotFound)
 
 		// A failed action says why on the page it returns to.
-		page = s.act("/", jobPath(ids.delayed)+"/remove")
+		form := s.formOf(jobPath(ids.ready), jobPath(ids.ready)+"/remove")
+		require.NoError(t, q.Remove(ctx, ids.ready))
+		require.Equal(t, s.prefix+topicPath("mail")+"?state=ready", s.send(jobPath(ids.ready)+"/remove", form))
+		_, page = s.get(topicPath("mail") + "?state=ready")
 		assert.Contains(t, page, "Failed: delayqueue: job not found")
 	})
 }
@@ -238,10 +244,16 @@ func TestActionsRefuseForgedRequests(t *testing.T) {
 	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	assert.Equal(t, []string{"paused"}, paused(t, q))
 
-	// The page to go back to is a path of ours, or the overview.
-	for _, to := range []string{"/\t/evil.example", "/ /evil.example", "//evil.example", "/\\evil.example", "https://evil.example"} {
+	// The page to go back to is a page of ours, or the overview.
+	for _, to := range []string{"/\t/evil.example", "/ /evil.example", "//evil.example", "/\\evil.example", "https://evil.example",
+		"/admin/queue//evil.example", "/admin/queue/../../evil", "/admin/queue/%2e%2E/evil", "/admin/queue/\\evil",
+		"/admin/queue/ü", "/admin/queue/#x", "/admin/queueevil", "/admin/queue", "/topics/mail", ""} {
 		resp, _ = s.post(resume, url.Values{"csrf": {good}, "back": {to}})
 		assert.Equal(t, s.prefix+"/", resp.Header.Get("Location"), "%q", to)
+	}
+	for _, to := range []string{"/admin/queue/", "/admin/queue/topics/mail?state=dead&cursor=AAA", "/admin/queue/jobs/!Li4"} {
+		resp, _ = s.post(resume, url.Values{"csrf": {good}, "back": {to}})
+		assert.Equal(t, to, resp.Header.Get("Location"), "%q", to)
 	}
 }
 

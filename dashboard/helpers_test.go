@@ -2,8 +2,10 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -93,11 +95,13 @@ type site struct {
 func serve(t *testing.T, d http.Handler, prefix string) *site {
 	t.Helper()
 	mux := http.NewServeMux()
-	if prefix == "" {
-		mux.Handle("/", d)
-	} else {
-		mux.Handle(prefix+"/", http.StripPrefix(prefix, d))
-	}
+	mux.Handle(prefix+"/", http.StripPrefix(prefix, d))
+	return serveMux(t, mux, prefix)
+}
+
+// serveMux serves mux, which has a dashboard under prefix.
+func serveMux(t *testing.T, mux *http.ServeMux, prefix string) *site {
+	t.Helper()
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	jar, err := cookiejar.New(nil)
@@ -151,19 +155,84 @@ func (s *site) post(action string, form url.Values, headers ...string) (*http.Re
 	return resp, body
 }
 
-// act posts an action with the token of page, coming back to it, checks
-// the redirect, and returns the page it leads to.
+// open fetches an address as a page writes it, the prefix included.
+func (s *site) open(addr string) (int, string) {
+	s.t.Helper()
+	require.True(s.t, strings.HasPrefix(addr, s.prefix+"/"), "%s is not below %s", addr, s.prefix)
+	return s.get(addr[len(s.prefix):])
+}
+
+var (
+	postForm    = regexp.MustCompile(`(?s)<form method="post" action="([^"]*)"[^>]*>(.*?)</form>`)
+	hiddenInput = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+)
+
+// forms returns the actions of a page's forms, as the page writes them,
+// and the fields of each.
+func forms(page string) map[string]url.Values {
+	out := map[string]url.Values{}
+	for _, m := range postForm.FindAllStringSubmatch(page, -1) {
+		fields := url.Values{}
+		for _, in := range hiddenInput.FindAllStringSubmatch(m[2], -1) {
+			fields.Set(in[1], html.UnescapeString(in[2]))
+		}
+		out[html.UnescapeString(m[1])] = fields
+	}
+	return out
+}
+
+// formOf returns the fields of the form of page (below the prefix) whose
+// action is action (below the prefix).
+func (s *site) formOf(page, action string) url.Values {
+	s.t.Helper()
+	code, body := s.get(page)
+	require.Equal(s.t, http.StatusOK, code, body)
+	form, ok := forms(body)[s.prefix+action]
+	require.True(s.t, ok, "no form for %s on %s", action, page)
+	return form
+}
+
+// send posts a form as a browser does from one of the dashboard's pages
+// and returns the address it redirects to.
+func (s *site) send(action string, form url.Values) string {
+	s.t.Helper()
+	resp, body := s.post(action, form, "Origin", s.srv.URL, "Sec-Fetch-Site", "same-origin")
+	require.Equal(s.t, http.StatusSeeOther, resp.StatusCode, body)
+	return resp.Header.Get("Location")
+}
+
+// submit sends the form of page for action, with the fields the page
+// gave it, and returns the address it redirects to.
+func (s *site) submit(page, action string) string {
+	s.t.Helper()
+	return s.send(action, s.formOf(page, action))
+}
+
+// act submits the form of page for action, checks that it leads back to
+// page, and returns that page as it shows then.
 func (s *site) act(page, action string) string {
 	s.t.Helper()
-	resp, body := s.post(action, url.Values{"csrf": {s.token(page)}, "back": {page}},
-		"Origin", s.srv.URL, "Sec-Fetch-Site", "same-origin")
-	require.Equal(s.t, http.StatusSeeOther, resp.StatusCode, body)
-	require.Equal(s.t, s.prefix+page, resp.Header.Get("Location"))
-	code, after := s.get(page)
+	return s.actTo(page, action, page)
+}
+
+// actTo is act for a form that leads to another page, landing.
+func (s *site) actTo(page, action, landing string) string {
+	s.t.Helper()
+	require.Equal(s.t, s.prefix+landing, s.submit(page, action))
+	code, after := s.get(landing)
 	require.Equal(s.t, http.StatusOK, code, after)
 	return after
 }
 
-// topicPath and jobPath are the pages' paths, escaped as the links are.
-func topicPath(topic string) string { return "/topics/" + url.PathEscape(topic) }
-func jobPath(id string) string      { return "/jobs/" + url.PathEscape(id) }
+// topicPath and jobPath are the pages' paths: a topic or an ID is itself,
+// percent-encoded, or when it is "." or "..", holds '/', '\' or '%', or
+// begins with '!', '!' and its base64url.
+func topicPath(topic string) string { return "/topics/" + pathSegment(topic) }
+func jobPath(id string) string      { return "/jobs/" + pathSegment(id) }
+
+func pathSegment(name string) string {
+	if name == "." || name == ".." || strings.HasPrefix(name, "!") || strings.ContainsAny(name, `/\%`) {
+		return "!" + base64.RawURLEncoding.EncodeToString([]byte(name))
+	}
+	return url.PathEscape(name)
+}

@@ -4,11 +4,17 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/dqueue/delayqueue"
 )
 
 // The pages: the overview, a topic's, a job's.
+
+// topicsPerPage is how many topics the overview lists at a time.
+const topicsPerPage = 100
 
 // overviewData is the overview page's.
 type overviewData struct {
@@ -17,7 +23,22 @@ type overviewData struct {
 	Jobs    int
 	Buckets int
 	Charts  []template.HTML
+	At      time.Time // when the figures were read
+	// TopicCount is how many topics there are; Matching, how many start
+	// with NamePrefix. The page lists From+1 to From+len(Topics) of them.
+	TopicCount, Matching, From int
+	NamePrefix                 string
+	// First, Prev and Next are the addresses of the first, previous and
+	// next pages: "" for none.
+	First, Prev, Next string
 }
+
+// Filter tells whether the page shows the filter by name: when the
+// topics take more than a page, or a filter is set.
+func (d overviewData) Filter() bool { return d.TopicCount > topicsPerPage || d.NamePrefix != "" }
+
+// Until is the number of the last topic the page lists.
+func (d overviewData) Until() int { return d.From + len(d.Topics) }
 
 // topicRow is a topic's line in the overview.
 type topicRow struct {
@@ -27,30 +48,53 @@ type topicRow struct {
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request, prefix string) {
-	ov, err := h.q.Overview(r.Context())
+	snap, err := h.overviews.get(r.Context())
 	if err != nil {
 		h.fail(w, r, prefix, status(err), err)
 		return
 	}
-	h.history.add(ov)
-	data := overviewData{Total: ov.Total, Jobs: ov.Jobs, Buckets: ov.Buckets, Charts: h.history.charts()}
-	for name, c := range ov.Topics {
-		data.Topics = append(data.Topics, topicRow{Name: name, Counts: c, Paused: slices.Contains(ov.Paused, name)})
-	}
-	slices.SortFunc(data.Topics, func(a, b topicRow) int { return cmpString(a.Name, b.Name) })
+	query := r.URL.Query()
+	namePrefix, after, before := query.Get("prefix"), query.Get("after"), query.Get("before")
+	from, to, lo, hi := snap.page(namePrefix, after, before, topicsPerPage)
 	v := h.view(w, r, prefix, "Overview")
+	v.Here = v.Overview(namePrefix, after, before)
+	data := overviewData{
+		Total: snap.Total, Jobs: snap.Jobs, Buckets: snap.Buckets, Charts: h.history.charts(), At: snap.at,
+		TopicCount: len(snap.names), Matching: hi - lo, From: from - lo, NamePrefix: namePrefix,
+	}
+	for _, name := range snap.names[from:to] {
+		data.Topics = append(data.Topics, topicRow{Name: name, Counts: snap.Topics[name], Paused: snap.paused[name]})
+	}
+	if from > lo {
+		data.First, data.Prev = v.Overview(namePrefix, "", ""), v.Overview(namePrefix, "", snap.names[from])
+	}
+	if to < hi {
+		data.Next = v.Overview(namePrefix, snap.names[to-1], "")
+	}
 	v.Data = data
 	h.render(w, http.StatusOK, "overview", v)
 }
 
-func cmpString(a, b string) int {
+// page finds the topics an overview page lists, names[from:to], among
+// those starting with namePrefix, names[lo:hi]: the n after the name
+// after, else the n before the name before, else the first n.
+func (s *snapshot) page(namePrefix, after, before string, n int) (from, to, lo, hi int) {
+	names := s.names
+	lo, _ = slices.BinarySearch(names, namePrefix)
+	hi = lo + sort.Search(len(names)-lo, func(i int) bool { return !strings.HasPrefix(names[lo+i], namePrefix) })
+	from = lo
 	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+	case after != "":
+		i, found := slices.BinarySearch(names, after)
+		if found {
+			i++
+		}
+		from = min(max(i, lo), hi)
+	case before != "":
+		i, _ := slices.BinarySearch(names, before)
+		from = max(min(i, hi)-n, lo)
 	}
-	return 0
+	return from, min(from+n, hi), lo, hi
 }
 
 // topicData is a topic page's.
@@ -96,6 +140,7 @@ func (h *handler) topic(name string) func(http.ResponseWriter, *http.Request, st
 		}
 		data.Jobs, data.Next = page.Jobs, page.Next
 		v := h.view(w, r, prefix, "Topic "+name)
+		v.Here = v.TopicState(name, data.State, data.Cursor)
 		v.Data = data
 		h.render(w, http.StatusOK, "topic", v)
 	}
@@ -117,6 +162,7 @@ func (h *handler) job(id string) func(http.ResponseWriter, *http.Request, string
 			return
 		}
 		v := h.view(w, r, prefix, "Job "+id)
+		v.Here = v.Job(id)
 		v.Data = jobData{Job: job, State: job.State.String(), Headers: sortedHeaders(job.Headers), Body: showBody(job.Body)}
 		h.render(w, http.StatusOK, "job", v)
 	}

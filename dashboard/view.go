@@ -16,15 +16,15 @@ import (
 )
 
 // view is what every page's template gets: the layout's fields, and the
-// page's own in Data. Its methods build the links, each segment escaped.
+// page's own in Data. Its methods build the addresses of the pages.
 type view struct {
 	Prefix   string
 	Title    string
 	CSRF     string
 	ReadOnly bool
 	Flash    string
-	// Here is the page's path and query below the prefix: where an action
-	// sent from it comes back to.
+	// Here is the page's address: where an action sent from it comes
+	// back to.
 	Here string
 	Data any
 }
@@ -32,10 +32,8 @@ type view struct {
 // view starts a page's view: its form token, and the flash message an
 // action left, which it clears.
 func (h *handler) view(w http.ResponseWriter, r *http.Request, prefix, title string) *view {
-	v := &view{Prefix: prefix, Title: visible.Escape(title), ReadOnly: h.opts.ReadOnly, Here: r.URL.EscapedPath()}
-	if r.URL.RawQuery != "" {
-		v.Here += "?" + r.URL.RawQuery
-	}
+	v := &view{Prefix: prefix, Title: visible.Escape(title), ReadOnly: h.opts.ReadOnly}
+	v.Here = v.Home()
 	if !h.opts.ReadOnly {
 		v.CSRF = h.csrf.formToken(w, r, prefix)
 	}
@@ -59,14 +57,33 @@ func setFlash(w http.ResponseWriter, r *http.Request, prefix, msg string) {
 	})
 }
 
+// The addresses of the pages: each the prefix and a path below it, with
+// a topic or an ID as one segment (see segment).
+
 // Home is the overview's address.
 func (v *view) Home() string { return v.Prefix + "/" }
+
+// Overview is the address of the overview's page listing the topics
+// starting with namePrefix, after the name after or before the name
+// before (both "" for the first page).
+func (v *view) Overview(namePrefix, after, before string) string {
+	q := url.Values{}
+	for k, s := range map[string]string{"prefix": namePrefix, "after": after, "before": before} {
+		if s != "" {
+			q.Set(k, s)
+		}
+	}
+	if len(q) == 0 {
+		return v.Home()
+	}
+	return v.Home() + "?" + q.Encode()
+}
 
 // Static is the address of an embedded asset.
 func (v *view) Static(name string) string { return v.Prefix + "/static/" + name }
 
 // Topic is the address of a topic's page.
-func (v *view) Topic(topic string) string { return v.Prefix + "/topics/" + url.PathEscape(topic) }
+func (v *view) Topic(topic string) string { return v.Prefix + "/topics/" + segment(topic) }
 
 // TopicState is the address of a topic's page listing the jobs in state,
 // from cursor ("" for the first page).
@@ -79,7 +96,7 @@ func (v *view) TopicState(topic, state, cursor string) string {
 }
 
 // Job is the address of a job's page.
-func (v *view) Job(id string) string { return v.Prefix + "/jobs/" + url.PathEscape(id) }
+func (v *view) Job(id string) string { return v.Prefix + "/jobs/" + segment(id) }
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
@@ -87,6 +104,7 @@ var funcs = template.FuncMap{
 	"vis":  visible.Escape, // names, errors and headers: no control or bidi runes as they are
 	"when": when,
 	"list": func(a ...any) []any { return a },
+	"add":  func(a, b int) int { return a + b },
 }
 
 // duration shows a length of time rounded for reading.

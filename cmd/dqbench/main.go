@@ -6,6 +6,7 @@
 //	go run ./cmd/dqbench -only s2 -runs 3
 //	go run ./cmd/dqbench -cluster         # a throwaway 3-master Redis Cluster
 //	go run ./cmd/dqbench -only s1,s3 -observe prom   # with dqprom attached and scraped every second
+//	go run ./cmd/dqbench -only s8 -s8-topics 10000   # what the dashboard's overview costs Redis
 //
 // The layout scenarios l (lateness), e (end to end) and p (push) run only
 // when named: they run the queue in separate producer and consumer
@@ -114,11 +115,13 @@ func (b *bench) resetStats(ctx context.Context) error {
 func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
-	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s7; the layout scenarios l, e and p run only when named)")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, e and p run only when named)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
 	flag.IntVar(&backlogJobs, "s7-jobs", backlogJobs, "jobs due at once in S7")
+	flag.IntVar(&overviewTopics, "s8-topics", overviewTopics, "topics in S8")
+	flag.DurationVar(&overviewLoad, "s8-load", overviewLoad, "how long each of S8's loads runs")
 	topology := flag.String("topology", "single,split,multi", "layouts of L and E: single (one process pushes and consumes), split (a producer and a consumer process), multi (a producer and three consumers)")
 	method := flag.String("method", "pop,consume", "how L and E's queue consumers take jobs: pop (16 goroutines calling Pop and Finish) or consume (Consume with 16 handlers)")
 	b := &bench{}
@@ -153,6 +156,10 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-runs %d: at least 1", *runs)
 	case backlogJobs < 1:
 		return fmt.Errorf("-s7-jobs %d: at least 1", backlogJobs)
+	case overviewTopics < 1:
+		return fmt.Errorf("-s8-topics %d: at least 1", overviewTopics)
+	case overviewLoad < time.Second:
+		return fmt.Errorf("-s8-load %v: at least 1s", overviewLoad)
 	case b.lJobs < 1:
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.lSpread < time.Millisecond:
@@ -253,7 +260,7 @@ func run(ctx context.Context) error {
 }
 
 // chooseScenarios picks the scenarios -only names: with none named, the
-// in-process ones, s1 to s7.
+// in-process ones, s1 to s8.
 func chooseScenarios(only string) ([]scenario, []*layoutScenario, error) {
 	want := map[string]bool{}
 	for _, id := range strings.Split(only, ",") {

@@ -24,6 +24,7 @@ var scenarios = []scenario{
 	{"s5", "idle cost", idle},
 	{"s6", "cost growth with pending jobs", growth},
 	{"s7", "a backlog due at once", backlog},
+	{"s8", "the dashboard's overview of many topics", overviewCost},
 }
 
 var latenessJobs = 20_000
