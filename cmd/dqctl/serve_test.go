@@ -58,7 +58,7 @@ func TestServeShowsTheDashboard(t *testing.T) {
 	for _, topic := range []string{"orders", "mail", "paused"} {
 		assert.Contains(t, page, topic)
 	}
-	assert.Contains(t, page, `<form`, "buttons to act")
+	assert.Contains(t, page, `<form method="post"`, "buttons to act")
 	code, page = get(t, base+"jobs/"+url.PathEscape(f.delayed))
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, page, "later", "the job's body")
@@ -70,7 +70,7 @@ func TestServeReadOnlyRefusesActions(t *testing.T) {
 	base := startServe(t, f, "--read-only")
 	code, page := get(t, base)
 	require.Equal(t, http.StatusOK, code)
-	assert.NotContains(t, page, `<form`, "no buttons")
+	assert.NotContains(t, page, `<form method="post"`, "no buttons")
 	resp, err := http.Post(base+"topics/orders/pause", "application/x-www-form-urlencoded", strings.NewReader(""))
 	require.NoError(t, err)
 	resp.Body.Close()
