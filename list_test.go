@@ -393,3 +393,20 @@ func TestAJobBackInItsReadyListIsListedAndTakenOnce(t *testing.T) {
 		assert.ErrorIs(t, err, ErrNoJob, "the stale entry was dropped")
 	})
 }
+
+// The same with a job made ready again at once, and a job pushed in the
+// meantime: it comes after that job, listed and taken.
+func TestAJobReadyAgainAtOnceComesAfterTheJobsBeforeIt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		a := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, q.RescheduleIn(ctx, a, time.Hour)) // its entry stays in the ready list
+		b := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, q.RescheduleIn(ctx, a, 0)) // and it gets a second one, after b's
+		assert.Equal(t, []string{b, a}, listAll(t, q, "t", StateReady, 1, nil))
+		first, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, b, first.ID, "b became ready before a")
+	})
+}

@@ -36,16 +36,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 const (
@@ -135,7 +129,6 @@ type tviolation struct {
 	id       string
 	msg      string
 	from, to time.Time // the calls it concerns, for the history
-	known    string    // the known bug it is, if it is one
 }
 
 // tortureReport collects what the checks found.
@@ -148,33 +141,17 @@ func (r *tortureReport) add(id string, from, to time.Time, format string, args .
 	r.violations = append(r.violations, tviolation{id: id, msg: fmt.Sprintf(format, args...), from: from, to: to})
 }
 
-// knownBugs names the bugs this test is known to meet, which its checks
-// tell apart (tviolation.known). Delete an entry once its bug is fixed, and
-// its failures fail the test again; DQ_KNOWN_BUGS=fail fails on them now.
-// While only known bugs fail, the test is skipped, saying which.
-var knownBugs = map[string]string{
-	"list-ready-twice": "List(StateReady) lists a job once per entry of its ID in its ready list (TestTortureReproListReadyTwice)",
-}
-
 func (r *tortureReport) finish(t *testing.T, m *tortureModel) {
 	t.Helper()
-	failed := false
 	for i, o := range m.oddities {
-		failed = true
 		if i == 20 {
 			t.Errorf("... and %d more calls that returned what no doc allows", len(m.oddities)-i)
 			break
 		}
 		t.Errorf("a call returned what its doc does not allow: %s", o)
 	}
-	known := map[string][]string{}
 	shown := 0
 	for _, v := range r.violations {
-		if _, ok := knownBugs[v.known]; ok && os.Getenv("DQ_KNOWN_BUGS") != "fail" {
-			known[v.known] = append(known[v.known], fmt.Sprintf("job %q: %s", v.id, v.msg))
-			continue
-		}
-		failed = true
 		shown++
 		switch {
 		case shown <= 12:
@@ -187,55 +164,6 @@ func (r *tortureReport) finish(t *testing.T, m *tortureModel) {
 		t.Errorf("... %d violations in all", shown)
 	}
 	for _, s := range r.state {
-		failed = true
 		t.Error(s)
 	}
-	var msgs []string
-	for bug, found := range known {
-		slices.Sort(found)
-		msgs = append(msgs, fmt.Sprintf("%s, %d times:\n    %s", knownBugs[bug], len(found), strings.Join(found[:min(len(found), 5)], "\n    ")))
-	}
-	switch {
-	case len(msgs) == 0:
-	case failed:
-		t.Logf("and known bugs: %s", strings.Join(msgs, "\n  "))
-	default:
-		t.Skipf("known bugs only: %s", strings.Join(msgs, "\n  "))
-	}
-}
-
-// TestTortureReproListReadyTwice: a job rescheduled from ready to later
-// and back to now leaves its first entry in its ready list, and gets a
-// second one; List(StateReady), page by page, lists it once per entry.
-// The torture meets it through RescheduleIn, Upsert (ready to delayed and
-// back) and Remove and Push of the same ID.
-func TestTortureReproListReadyTwice(t *testing.T) {
-	t.Skip("known bug: List(StateReady) lists a job once per entry of its ID in its ready list")
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client, WithBuckets(1))
-		id := pushed(t, q, &Job{Topic: "t"})
-		require.NoError(t, q.RescheduleIn(ctx, id, time.Hour)) // its entry stays in the ready list
-		require.NoError(t, q.RescheduleIn(ctx, id, 0))         // and it gets a second one
-		assert.Equal(t, []string{id}, listAll(t, q, "t", StateReady, 1, nil))
-	})
-}
-
-// TestTortureReproPopOrderAfterReadyAgain: the same stale entry makes a
-// job that became ready again come out before the jobs that became ready
-// before it, against Pop's "in the order they became ready within a
-// bucket".
-func TestTortureReproPopOrderAfterReadyAgain(t *testing.T) {
-	t.Skip("known bug: a job made ready again is popped at the place of its stale ready-list entry")
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client, WithBuckets(1))
-		a := pushed(t, q, &Job{Topic: "t"})
-		require.NoError(t, q.RescheduleIn(ctx, a, time.Hour))
-		b := pushed(t, q, &Job{Topic: "t"})
-		require.NoError(t, q.RescheduleIn(ctx, a, 0)) // ready after b
-		first, err := q.Pop(ctx, "t", 0)
-		require.NoError(t, err)
-		assert.Equal(t, b, first.ID, "b became ready before a")
-	})
 }
