@@ -58,21 +58,21 @@ func newKeyspace(name string, buckets int) keyspace {
 	for b := range ks.buckets {
 		prefix := "dq:{" + bucketTag(name, b, buckets) + "}:"
 		ks.buckets[b] = bucketKeys{
-			pool:          prefix + "pool",
-			zset:          prefix + "bucket",
-			readyPrefix:   prefix + "ready:",
-			deadPrefix:    prefix + "dead:",
-			lock:          prefix + "lock",
-			deadTopics:    prefix + "deadtopics",
-			reservations:  prefix + "leases",
-			records:       prefix + "rsv:",
-			dedup:         prefix + "dedup",
-			counts:        prefix + "counts",
-			sigPrefix:     prefix + "sig:",
-			standby:       prefix + "standby",
-			paused:        prefix + "paused",
-			pokePrefix:    prefix + "poke:",
-			wake:          prefix + "ev:wake",
+			pool:         prefix + "pool",
+			zset:         prefix + "bucket",
+			readyPrefix:  prefix + "ready:",
+			deadPrefix:   prefix + "dead:",
+			lock:         prefix + "lock",
+			deadTopics:   prefix + "deadtopics",
+			reservations: prefix + "leases",
+			records:      prefix + "rsv:",
+			dedup:        prefix + "dedup",
+			counts:       prefix + "counts",
+			sigPrefix:    prefix + "sig:",
+			standby:      prefix + "standby",
+			paused:       prefix + "paused",
+			pokePrefix:   prefix + "poke:",
+			wake:         prefix + "ev:wake",
 		}
 	}
 	return ks

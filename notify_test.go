@@ -124,7 +124,7 @@ func TestNotifierRoutesEachChannelToItsListener(t *testing.T) {
 
 func TestNotifierDropsWhatNobodyHereListensFor(t *testing.T) {
 	n, fakes, control := testNotifier(t, nil)
-	delete(n.handlers, 1) // bucket 1 has no handler listening in this process
+	delete(n.handlers, 1)               // bucket 1 has no handler listening in this process
 	n.dispatch("elsewhere", "5", false) // a channel never routed
 	n.dispatch("wake.1", "5", false)    // a bucket this process does not listen for
 	n.dispatch("wake.0", "soon", false) // not a number of µs

@@ -66,10 +66,10 @@ type waiter struct {
 // waitGroup is one blocked call's buckets, and what it waits for now.
 type waitGroup struct {
 	buckets []int
-	poke    string          // this process's key in the group's slot
+	poke    string            // this process's key in the group's slot
 	keys    map[string]sigKey // the lists of the call under way; nil while there is none
-	poked   bool            // a poke is on its way to the call under way
-	changed chan struct{}   // buffered: topics to wait for came while none was waited for
+	poked   bool              // a poke is on its way to the call under way
+	changed chan struct{}     // buffered: topics to wait for came while none was waited for
 }
 
 // sigKey is what a signal list stands for.
