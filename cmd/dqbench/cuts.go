@@ -38,6 +38,7 @@ type cutParams struct {
 	jobs     int
 	spread   time.Duration
 	every    time.Duration // between cuts; 0: none
+	down     time.Duration // how long the relay stays down at each cut, refusing to relay
 	stall    time.Duration // from the first due time to the silent stall; 0: none
 	delay    time.Duration // added by the relay each way
 	margin   time.Duration // from "go" to the first due time: pushing goes through cuts too
@@ -93,6 +94,9 @@ func (b *bench) runCuts(ctx context.Context, p cutParams, runs int) error {
 		fmt.Fprintf(os.Stderr, "dqbench: n run %d of %d: %s\n", i+1, runs, strings.Join(parts, "; "))
 	}
 	what := fmt.Sprintf("a cut every %v", p.every)
+	if p.down > 0 {
+		what += fmt.Sprintf(" (down %v each time)", p.down)
+	}
 	if p.every <= 0 {
 		what = "no cuts"
 	}
@@ -209,6 +213,9 @@ func (b *bench) runCut(ctx context.Context, p cutParams, run int) ([]float64, er
 				return
 			case <-tick:
 				proxy.SetUp(false)
+				if p.down > 0 {
+					time.Sleep(p.down)
+				}
 				proxy.SetUp(true)
 				cutTimes = append(cutTimes, time.Now())
 				cuts.Add(1)
@@ -294,6 +301,18 @@ func (b *bench) runCut(ctx context.Context, p cutParams, run int) ([]float64, er
 	}
 	got.mu.Lock()
 	defer got.mu.Unlock()
+	// A job never delivered: where is it? Reserved, say, by a reserve
+	// call whose reply no consumer got.
+	for i, n := range got.seen {
+		if n == 0 {
+			state := "gone"
+			if job, err := look.Get(ctx, "j"+strconv.Itoa(i)); err == nil {
+				state = fmt.Sprintf("%v, %d attempts, reserved until %s", job.State, job.Attempts, job.ReservedUntil.Format(time.TimeOnly))
+			}
+			fmt.Fprintf(os.Stderr, "dqbench: n run %d: job j%d not delivered at the end of the run (%s): %s\n",
+				run+1, i, time.Now().Format(time.TimeOnly), state)
+		}
+	}
 	lates := slices.Clone(got.lates)
 	slices.Sort(lates)
 	maxReady, sumReady, n := 0, 0, 0

@@ -139,6 +139,7 @@ func run(ctx context.Context) error {
 	flag.DurationVar(&cuts.spread, "n-spread", 50*time.Second, "N's jobs are due at random over this long, from -n-margin after pushing began")
 	flag.DurationVar(&cuts.margin, "n-margin", 5*time.Second, "N's first due time is this long after pushing began; pushing should end before it")
 	flag.DurationVar(&cuts.every, "n-cut", time.Second, "N cuts every connection through the relay this often (0: never)")
+	flag.DurationVar(&cuts.down, "n-down", 0, "N's relay stays down this long at each cut, closing the connections it accepts (0: up again at once)")
 	flag.DurationVar(&cuts.stall, "n-stall", 0, "N has every connection through the relay go silent this long after the first due time (0: never)")
 	flag.DurationVar(&cuts.delay, "n-delay", 0, "N's relay delays what it passes on by this much each way (a round trip takes twice as long more)")
 	flag.StringVar(&cuts.starters, "n-start", "consumers", "which of N's processes call Start: consumers, producer or all")
@@ -201,8 +202,10 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-n-spread %v: at least 1ms", cuts.spread)
 	case cuts.starters != "consumers" && cuts.starters != "producer" && cuts.starters != "all":
 		return fmt.Errorf("-n-start %q: consumers, producer or all", cuts.starters)
-	case cuts.every < 0 || cuts.stall < 0 || cuts.delay < 0 || cuts.margin < 0:
-		return errors.New("-n-cut, -n-stall, -n-delay and -n-margin: not negative")
+	case cuts.every < 0 || cuts.down < 0 || cuts.stall < 0 || cuts.delay < 0 || cuts.margin < 0:
+		return errors.New("-n-cut, -n-down, -n-stall, -n-delay and -n-margin: not negative")
+	case cuts.every > 0 && cuts.down >= cuts.every:
+		return fmt.Errorf("-n-down %v: shorter than -n-cut %v", cuts.down, cuts.every)
 	}
 
 	where := *addr
