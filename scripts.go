@@ -197,6 +197,56 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 	}
 }
 
+// resendWindow bounds how long a reserve call whose reply was lost is sent
+// again: a connection cut, or a short partition, is over well within it.
+const resendWindow = 10 * time.Second
+
+// resendUnanswered sends again, with backoff, the calls whose outcome is
+// unknown (the connection broke, or timed out, after go-redis's own
+// retries), until each is answered, ctx ends, or within has passed. Only
+// for scripts whose second run answers as the first did: reserve.lua,
+// from its record.
+func (q *DelayQueue) resendUnanswered(ctx context.Context, calls []*scriptCall, within time.Duration) {
+	deadline := time.Now().Add(within)
+	var timer *time.Timer
+	for n := 1; ; n++ {
+		var lost []*scriptCall
+		for _, c := range calls {
+			if unanswered(c.cmd.Err()) {
+				lost = append(lost, c)
+			}
+		}
+		wait := retryBackoff(n)
+		if len(lost) == 0 || time.Now().Add(wait).After(deadline) {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+		q.sendCalls(ctx, lost)
+	}
+}
+
+// unanswered reports whether err leaves a call's outcome unknown: no reply
+// came, and the script may have run.
+func unanswered(err error) bool {
+	var reply redis.Error
+	switch {
+	case err == nil, errors.As(err, &reply), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	return true
+}
+
 // byBucket splits items into the chunks that go in one script call each:
 // those of one bucket, at most limit of them, in order.
 func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
