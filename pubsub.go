@@ -182,10 +182,17 @@ func (n *notifier) read(sub *subscription) {
 			_ = sub.ps.Ping(n.ctx)
 			continue
 		default:
-			// go-redis dials again at the next receive; not in a tight
-			// loop while the node is down.
+			// The connection broke. go-redis has dialed again already and
+			// sent the subscriptions anew, or dials at the next receive.
+			// What was on its way is lost: everyone behind the channels
+			// looks at Redis now, not only once Redis confirms them
+			// again. Then, not in a tight loop while the node is down.
 			errs++
-			if !n.pause(retryBackoff(errs)) {
+			if errs == 1 {
+				n.resync(sub)
+				continue
+			}
+			if !n.pause(retryBackoff(errs - 1)) {
 				return
 			}
 			continue
@@ -201,6 +208,20 @@ func (n *notifier) read(sub *subscription) {
 		case *redis.Message:
 			n.dispatch(m.Channel, m.Payload, false)
 		}
+	}
+}
+
+// resync has everyone behind the subscription's channels look at Redis
+// again, as a confirmation does.
+func (n *notifier) resync(sub *subscription) {
+	n.mu.Lock()
+	channels := make([]string, 0, len(sub.confirmed))
+	for ch := range sub.confirmed {
+		channels = append(channels, ch)
+	}
+	n.mu.Unlock()
+	for _, ch := range channels {
+		n.dispatch(ch, "", true)
 	}
 }
 

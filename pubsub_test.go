@@ -68,9 +68,10 @@ func TestAWaitingPopLooksAgainWhenItsSubscriptionIsConfirmed(t *testing.T) {
 }
 
 // TestNotifierSubscribesAgainAfterAReconnect runs the notifier on a real
-// pub/sub connection: the first confirmation of a channel, and the one
-// after the connection is cut and go-redis subscribes again, each make
-// everyone behind it look at Redis again; messages in between are routed.
+// pub/sub connection: the first confirmation of a channel, the break of the
+// connection, and the confirmation after go-redis subscribes again, each
+// make everyone behind it look at Redis again; messages in between are
+// routed.
 func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
 		ctx := context.Background()
@@ -97,8 +98,11 @@ func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 			return slices.Contains(wakes, 2*time.Millisecond)
 		}, 30*time.Second, time.Millisecond, "a message is routed to its handler")
 
+		release := d.Hold("subscribe")
 		d.CutAll() // the pub/sub connection drops; go-redis dials again
-		resyncs(2)
+		resyncs(2) // what was on its way is lost: everyone looks at once, before Redis confirms anything
+		release()
+		resyncs(3)
 		wakes, _ := fakes[1].seen()
 		assert.Equal(t, time.Duration(0), wakes[len(wakes)-1], "the confirmation after the reconnect has the handler look at once")
 	})
