@@ -174,6 +174,15 @@ func (q *DelayQueue) flushCalls(ctx context.Context, reqs []*batch.Request[*scri
 // when another command of its batch to a moving slot is refused with
 // TRYAGAIN).
 func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
+	if q.readTimeout > 0 {
+		// Still waiting as long as the client waits for a reply: some
+		// attempt got none in time (go-redis sends it again, and says
+		// nothing of it), so the link may have gone silent, and the
+		// subscriptions with it, which would otherwise notice only at
+		// their health check.
+		slow := time.AfterFunc(q.readTimeout, q.probeSubscriptions)
+		defer slow.Stop()
+	}
 	q.attachRecords(calls)
 	if len(calls) == 1 {
 		c := calls[0]
@@ -247,6 +256,16 @@ func unanswered(err error) bool {
 	return true
 }
 
+// probeSubscriptions has the subscriptions checked now (notifier.probe).
+func (q *DelayQueue) probeSubscriptions() {
+	q.mu.Lock()
+	notes := q.notes
+	q.mu.Unlock()
+	if notes != nil {
+		notes.probe()
+	}
+}
+
 // byBucket splits items into the chunks that go in one script call each:
 // those of one bucket, at most limit of them, in order.
 func byBucket[T any](items []T, bucket func(T) int, limit int) [][]T {
@@ -301,6 +320,18 @@ func (q *DelayQueue) attachRecords(calls []*scriptCall) {
 func (q *DelayQueue) callName() string {
 	n := q.reserveCalls.Add(1)
 	return string(appendBase58([]byte(q.callPrefix), n))
+}
+
+// readTimeout is how long client waits for a reply; 0 or less for none,
+// or when it cannot tell.
+func readTimeout(client redis.UniversalClient) time.Duration {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
 
 // recordLife is how long a reserve call's record lives when its caller
