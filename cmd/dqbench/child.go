@@ -74,6 +74,8 @@ type childConfig struct {
 	// makes no second job. For runs through a relay that cuts connections.
 	endure   bool
 	logLevel string // dq: the queue's log level on stderr; empty: slog's default
+	// readTimeout is the client's ReadTimeout; 0: go-redis's default.
+	readTimeout time.Duration
 }
 
 func parseChildFlags(args []string) (*childConfig, error) {
@@ -92,6 +94,7 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "stop after this long in any case")
 	fs.StringVar(&c.observe, "observe", observeNone, "dq: what the queue has attached: none or prom")
 	fs.BoolVar(&c.endure, "endure", false, "dq: retry and count Redis errors of pushes, pops and finishes; jobs carry their numbers as IDs")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 0, "the client's ReadTimeout (0: go-redis's default, 3s)")
 	fs.StringVar(&c.logLevel, "log", "", "dq: log the queue at this level (debug, info, warn) on stderr, with microsecond times")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -161,9 +164,9 @@ func readControl(r io.Reader, base chan<- int64, stop func()) {
 
 func (c *childConfig) client() redis.UniversalClient {
 	if c.cluster {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs, PoolSize: 64})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs, PoolSize: 64, ReadTimeout: c.readTimeout})
 	}
-	return redis.NewClient(&redis.Options{Addr: c.addrs[0], PoolSize: 64})
+	return redis.NewClient(&redis.Options{Addr: c.addrs[0], PoolSize: 64, ReadTimeout: c.readTimeout})
 }
 
 func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (design, error) {

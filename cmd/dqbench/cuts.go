@@ -35,17 +35,18 @@ const cutScenarioID = "n"
 
 // cutParams shape scenario N.
 type cutParams struct {
-	jobs     int
-	spread   time.Duration
-	every    time.Duration // between cuts; 0: none
-	down     time.Duration // how long the relay stays down at each cut, refusing to relay
-	stall    time.Duration // from the first due time to the silent stall; 0: none
-	delay    time.Duration // added by the relay each way
-	margin   time.Duration // from "go" to the first due time: pushing goes through cuts too
-	starters string        // which processes call Start: consumers, producer or all
-	methods  []string
-	timeline string // folder for each run's timeline; empty: none
-	logLevel string // the children's queue log level; empty: their default
+	jobs        int
+	spread      time.Duration
+	every       time.Duration // between cuts; 0: none
+	down        time.Duration // how long the relay stays down at each cut, refusing to relay
+	stall       time.Duration // from the first due time to the silent stall; 0: none
+	delay       time.Duration // added by the relay each way
+	margin      time.Duration // from "go" to the first due time: pushing goes through cuts too
+	starters    string        // which processes call Start: consumers, producer or all
+	readTimeout time.Duration // the children's client ReadTimeout; 0: go-redis's default
+	methods     []string
+	timeline    string // folder for each run's timeline; empty: none
+	logLevel    string // the children's queue log level; empty: their default
 }
 
 // cutWait is how long a run waits for deliveries after the last due time.
@@ -106,6 +107,9 @@ func (b *bench) runCuts(ctx context.Context, p cutParams, runs int) error {
 	if p.delay > 0 {
 		what += fmt.Sprintf(", %v added each way", p.delay)
 	}
+	if p.readTimeout != 0 {
+		what += fmt.Sprintf(", clients' ReadTimeout %v", p.readTimeout)
+	}
 	fmt.Printf("N network cuts: %d jobs due over %v, consumers %s, Start called by %s, %s.\n\n",
 		p.jobs, p.spread, strings.Join(p.methods, " and "), p.starters, what)
 	head, rule := "| run |", "|---|"
@@ -162,6 +166,9 @@ func (b *bench) runCut(ctx context.Context, p cutParams, run int) ([]float64, er
 	}
 	if p.logLevel != "" {
 		args = append(args, "-log", p.logLevel)
+	}
+	if p.readTimeout != 0 {
+		args = append(args, "-read-timeout", p.readTimeout.String())
 	}
 	for _, m := range p.methods {
 		start := "-start=" + strconv.FormatBool(p.starters != "producer")

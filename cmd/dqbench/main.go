@@ -142,6 +142,7 @@ func run(ctx context.Context) error {
 	flag.DurationVar(&cuts.down, "n-down", 0, "N's relay stays down this long at each cut, closing the connections it accepts (0: up again at once)")
 	flag.DurationVar(&cuts.stall, "n-stall", 0, "N has every connection through the relay go silent this long after the first due time (0: never)")
 	flag.DurationVar(&cuts.delay, "n-delay", 0, "N's relay delays what it passes on by this much each way (a round trip takes twice as long more)")
+	flag.DurationVar(&cuts.readTimeout, "n-read-timeout", 0, "N's clients' ReadTimeout (0: go-redis's default, 3s)")
 	flag.StringVar(&cuts.starters, "n-start", "consumers", "which of N's processes call Start: consumers, producer or all")
 	nMethods := flag.String("n-methods", "consume,pop", "N's consumer processes, one per item: consume (Consume with 16 handlers) or pop (16 goroutines calling Pop and Finish)")
 	flag.StringVar(&cuts.timeline, "n-timeline", "", "folder for a CSV timeline of each N run (empty: none)")
