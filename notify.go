@@ -54,6 +54,7 @@ type notifierEnv struct {
 	sharded      bool // SSUBSCRIBE, one connection per bucket (Redis Cluster)
 	buckets      int
 	poll         time.Duration // the safety poll: pub/sub health checks no rarer
+	readTimeout  time.Duration // the client's wait for a reply; 0 or less: none
 	logger       *slog.Logger
 	wakeChannel  func(b int) string
 	readyChannel func(b int, topic string) string
@@ -207,6 +208,7 @@ func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
 			sharded:      q.pub == "SPUBLISH",
 			buckets:      q.opts.buckets,
 			poll:         q.opts.poll,
+			readTimeout:  q.readTimeout,
 			logger:       q.opts.logger,
 			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
 			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
