@@ -353,8 +353,8 @@ func TestAReserveWhoseReplyNeverCameIsSentAgain(t *testing.T) {
 		ctx := context.Background()
 		q := newQueue(t, c, WithBuckets(1))
 		a := pushed(t, q, &Job{Topic: "t"})
-		require.NoError(t, scriptReserve.Load(ctx, c).Err()) // or the lost reply would be NOSCRIPT's
-		fired := d.LoseNextReply(scriptReserve.Hash())
+		require.NoError(t, scriptReserve.on(q.plain).Load(ctx, c).Err()) // or the lost reply would be NOSCRIPT's
+		fired := d.LoseNextReply(scriptReserve.on(q.plain).Hash())
 		job, err := q.Pop(ctx, "t", 0)
 		require.NoError(t, err, "the call is sent again, and answered")
 		require.True(t, fired())
