@@ -184,6 +184,8 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrNoJob):
+				// Redis answered: the errors before were not in a row.
+				failures = 0
 				continue
 			case ctx.Err() != nil:
 				return nil

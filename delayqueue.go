@@ -39,6 +39,7 @@ type DelayQueue struct {
 	reserveCalls atomic.Uint64
 	callPrefix   string
 	recordLife   time.Duration
+	readTimeout  time.Duration // the client's wait for a reply; 0 or less: none
 	forgetMu     sync.Mutex
 	forgets      map[int][]string // by bucket
 
@@ -91,8 +92,9 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		pub:    "PUBLISH",
 		done:   make(chan struct{}),
 
-		callPrefix: newToken()[:16] + ".",
-		recordLife: recordLife(client),
+		callPrefix:  newToken()[:16] + ".",
+		recordLife:  recordLife(client),
+		readTimeout: readTimeout(client),
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	buckets, asStored := o.buckets, !o.set.buckets

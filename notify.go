@@ -58,6 +58,7 @@ type notifierEnv struct {
 	client      redis.UniversalClient
 	sharded     bool          // SSUBSCRIBE, one connection per bucket (Redis Cluster)
 	poll        time.Duration // the safety poll: pub/sub health checks no rarer
+	readTimeout time.Duration // the client's wait for a reply; 0 or less: none
 	logger      *slog.Logger
 	wakeChannel func(b int) string
 	control     string
@@ -213,6 +214,7 @@ func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
 			client:      q.client,
 			sharded:     q.pub == "SPUBLISH",
 			poll:        q.opts.poll,
+			readTimeout: q.readTimeout,
 			logger:      q.opts.logger,
 			wakeChannel: func(b int) string { return q.keys.bucket(b).wake },
 			control:     q.keys.control(),

@@ -17,11 +17,16 @@ import (
 )
 
 // forEachFlakyBackend runs f against miniredis and a real redis-server,
-// through a client whose connections d can make misbehave.
-func forEachFlakyBackend(t *testing.T, f func(t *testing.T, c *redis.Client, d *flakyconn.Dialer)) {
+// through a client whose connections d can make misbehave; set changes the
+// client's options.
+func forEachFlakyBackend(t *testing.T, f func(t *testing.T, c *redis.Client, d *flakyconn.Dialer), set ...func(*redis.Options)) {
 	run := func(t *testing.T, addr string) {
 		d := &flakyconn.Dialer{}
-		c := redis.NewClient(&redis.Options{Addr: addr, Dialer: d.Dial, ReadTimeout: time.Second})
+		o := &redis.Options{Addr: addr, Dialer: d.Dial, ReadTimeout: time.Second}
+		for _, s := range set {
+			s(o)
+		}
+		c := redis.NewClient(o)
 		t.Cleanup(func() { _ = c.Close() })
 		f(t, c, d)
 	}

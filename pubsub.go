@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,8 @@ type subscription struct {
 	dropped   bool                     // out of use: refused, or its slot went to another master
 	refusals  int                      // refusals of its channels in a row, up to its making
 	closing   sync.Once
+	heard     atomic.Int64 // when its reader last read anything, Unix ns
+	probing   atomic.Bool  // a probe's ping is on its way
 }
 
 // closePS closes the pub/sub connection once.
@@ -146,20 +149,25 @@ func (n *notifier) confirmedAll(ctx context.Context, subs []*subscription) error
 // SUBSCRIBE only). Such a subscription carries nothing, ever: a refusal has
 // it replaced. As go-redis's channel does, it pings a connection idle for
 // the health check interval, and go-redis dials again, and subscribes anew,
-// when a connection breaks; a ping left unanswered for an interval has the
-// subscription replaced too.
+// when a connection breaks; a ping left unanswered as long as the client
+// waits for any reply has the subscription replaced too.
 func (n *notifier) read(sub *subscription) {
 	defer close(sub.done)
 	idle := max(n.env.poll, time.Second) // pub/sub health checks no rarer than the safety poll
 	errs := 0                            // connection errors in a row
 	pinged := false                      // a ping went, and nothing came back since
 	for {
-		msg, err := sub.ps.ReceiveTimeout(n.ctx, idle)
+		wait := idle
+		if pinged {
+			wait = n.pongWait()
+		}
+		msg, err := sub.ps.ReceiveTimeout(n.ctx, wait)
 		var reply redis.Error
 		var netErr net.Error
 		switch {
 		case err == nil:
 			errs, pinged = 0, false
+			sub.heard.Store(time.Now().UnixNano())
 		case errors.Is(err, redis.ErrClosed) || n.ctx.Err() != nil:
 			return
 		case errors.As(err, &reply):
@@ -167,9 +175,9 @@ func (n *notifier) read(sub *subscription) {
 			return
 		case errors.As(err, &netErr) && netErr.Timeout():
 			if pinged {
-				// No answer to the ping in a whole interval: a link that
-				// broke without a word (a peer gone, a partition), which
-				// TCP would take minutes to notice. Start afresh.
+				// No answer to the ping: a link that broke without a
+				// word (a peer gone, a partition), which TCP would take
+				// minutes to notice. Start afresh.
 				n.env.logger.Debug("delayqueue: no answer on a subscription; subscribing again", attrError, err)
 				n.replace(sub, 0)
 				return
@@ -179,10 +187,17 @@ func (n *notifier) read(sub *subscription) {
 			_ = sub.ps.Ping(n.ctx)
 			continue
 		default:
-			// go-redis dials again at the next receive; not in a tight
-			// loop while the node is down.
+			// The connection broke. go-redis has dialed again already and
+			// sent the subscriptions anew, or dials at the next receive.
+			// What was on its way is lost: everyone behind the channels
+			// looks at Redis now, not only once Redis confirms them
+			// again. Then, not in a tight loop while the node is down.
 			errs++
-			if !n.pause(retryBackoff(errs)) {
+			if errs == 1 {
+				n.resync(sub)
+				continue
+			}
+			if !n.pause(retryBackoff(errs - 1)) {
 				return
 			}
 			continue
@@ -198,6 +213,62 @@ func (n *notifier) read(sub *subscription) {
 		case *redis.Message:
 			n.dispatch(m.Channel, m.Payload, false)
 		}
+	}
+}
+
+// pongWait is how long a ping may go unanswered before its subscription
+// is replaced: as long as the client waits for any reply (ReadTimeout),
+// and no longer than the health check interval.
+func (n *notifier) pongWait() time.Duration {
+	idle := max(n.env.poll, time.Second)
+	if n.env.readTimeout > 0 {
+		return min(n.env.readTimeout, idle)
+	}
+	return idle
+}
+
+// probe pings every subscription in use, once at a time each, and replaces
+// one that has heard nothing by the time the client stops waiting for a
+// reply: a command that timed out says the link may have gone silent, the
+// subscriptions' too, and an idle subscription would otherwise not notice
+// before its health check.
+func (n *notifier) probe() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	for _, sub := range n.subs {
+		if sub.done == nil || !sub.probing.CompareAndSwap(false, true) {
+			continue
+		}
+		n.moves.Add(1)
+		go func() {
+			defer n.moves.Done()
+			defer sub.probing.Store(false)
+			sent := time.Now().UnixNano()
+			if err := sub.ps.Ping(n.ctx); err != nil {
+				return // a write that fails has go-redis dial again
+			}
+			if n.pause(n.pongWait()) && sub.heard.Load() < sent {
+				n.env.logger.Debug("delayqueue: no answer on a subscription after a command timed out; subscribing again")
+				n.replace(sub, 0)
+			}
+		}()
+	}
+}
+
+// resync has everyone behind the subscription's channels look at Redis
+// again, as a confirmation does.
+func (n *notifier) resync(sub *subscription) {
+	n.mu.Lock()
+	channels := make([]string, 0, len(sub.confirmed))
+	for ch := range sub.confirmed {
+		channels = append(channels, ch)
+	}
+	n.mu.Unlock()
+	for _, ch := range channels {
+		n.dispatch(ch, "", true)
 	}
 }
 

@@ -48,9 +48,10 @@ func TestStartAndCloseDoNotWaitForSubscriptions(t *testing.T) {
 }
 
 // TestNotifierSubscribesAgainAfterAReconnect runs the notifier on a real
-// pub/sub connection: the first confirmation of a channel, and the one
-// after the connection is cut and go-redis subscribes again, each make
-// everyone behind it look at Redis again; messages in between are routed.
+// pub/sub connection: the first confirmation of a channel, the break of the
+// connection, and the confirmation after go-redis subscribes again, each
+// make everyone behind it look at Redis again; messages in between are
+// routed.
 func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
 		ctx := context.Background()
@@ -74,18 +75,36 @@ func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 			return slices.Contains(wakes, 2*time.Millisecond)
 		}, 30*time.Second, time.Millisecond, "a message is routed to its handler")
 
+		release := d.Hold("subscribe")
 		d.CutAll() // the pub/sub connection drops; go-redis dials again
-		resyncs(2)
+		resyncs(2) // what was on its way is lost: everyone looks at once, before Redis confirms anything
+		release()
+		resyncs(3)
 		wakes, _ := fakes[1].seen()
 		assert.Equal(t, time.Duration(0), wakes[len(wakes)-1], "the confirmation after the reconnect has the handler look at once")
 	})
 }
 
+// subscriberIDs lists the IDs of the server's pub/sub connections.
+func subscriberIDs(t *testing.T, admin *redis.Client) []string {
+	t.Helper()
+	list, err := admin.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " flags=P ") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // TestASilentSubscriptionIsReplaced: a pub/sub connection that goes silent
 // without breaking (a peer gone, a partition), which TCP takes minutes to
-// notice, is replaced once a ping goes unanswered for an interval.
+// notice, is replaced once a ping goes unanswered as long as the client
+// waits for a reply.
 func TestASilentSubscriptionIsReplaced(t *testing.T) {
-	ctx := context.Background()
 	s := redistest.Start(t)
 	admin := s.Client(t)
 	proxy, err := tcpproxy.Start(s.Addr, true)
@@ -96,25 +115,51 @@ func TestASilentSubscriptionIsReplaced(t *testing.T) {
 	q := newQueue(t, c, WithSafetyPoll(time.Second))
 	startQueue(t, q)
 
-	// The IDs of the server's pub/sub connections.
-	subscribers := func() []string {
-		list, err := admin.ClientList(ctx).Result()
-		require.NoError(t, err)
-		var ids []string
-		for _, line := range strings.Split(list, "\n") {
-			if strings.Contains(line, " flags=P ") {
-				id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
-				ids = append(ids, id)
-			}
-		}
-		return ids
-	}
 	var before []string
-	require.Eventually(t, func() bool { before = subscribers(); return len(before) == 1 },
+	require.Eventually(t, func() bool { before = subscriberIDs(t, admin); return len(before) == 1 },
 		30*time.Second, 5*time.Millisecond, "the queue subscribes")
 
 	proxy.Stall()
 	require.Eventually(t, func() bool {
-		return slices.ContainsFunc(subscribers(), func(id string) bool { return id != before[0] })
+		return slices.ContainsFunc(subscriberIDs(t, admin), func(id string) bool { return id != before[0] })
 	}, 30*time.Second, 10*time.Millisecond, "a new subscription replaces the silent one")
+}
+
+// TestASilentSubscriptionIsCheckedWhenACommandTimesOut: a call that got no
+// reply in time says the link may have gone silent; the subscriptions are
+// pinged then, not only at their next health check, and replaced when the
+// ping goes unanswered as long as the client waits for a reply.
+func TestASilentSubscriptionIsCheckedWhenACommandTimesOut(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	proxy, err := tcpproxy.Start(s.Addr, true)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	q := newQueue(t, c, WithSafetyPoll(time.Hour)) // no health check within the test
+	startQueue(t, q)
+	var before []string
+	require.Eventually(t, func() bool { before = subscriberIDs(t, admin); return len(before) == 1 },
+		30*time.Second, 5*time.Millisecond, "the queue subscribes")
+
+	proxy.Stall()
+	_, err = q.Push(ctx, &Job{Topic: "t"}) // go-redis sends it again after a silent connection timed out
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(subscriberIDs(t, admin), func(id string) bool { return id != before[0] })
+	}, 10*time.Second, 10*time.Millisecond, "a new subscription replaces the silent one")
+}
+
+func TestAPingWaitsForItsAnswerAsLongAsTheClientWaitsForAReply(t *testing.T) {
+	for _, tc := range []struct{ poll, readTimeout, want time.Duration }{
+		{10 * time.Second, 3 * time.Second, 3 * time.Second},
+		{10 * time.Second, -1, 10 * time.Second}, // no ReadTimeout: a whole interval
+		{time.Second, 3 * time.Second, time.Second},
+		{time.Millisecond, 0, time.Second}, // health checks no more often than a second
+	} {
+		n := newNotifier(context.Background(), notifierEnv{poll: tc.poll, readTimeout: tc.readTimeout})
+		assert.Equal(t, tc.want, n.pongWait(), "poll %v, ReadTimeout %v", tc.poll, tc.readTimeout)
+	}
 }

@@ -90,6 +90,10 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 			settles: true, bucket: g.Key.b}
 	}
 	q.sendCalls(ctx, calls)
+	// A call whose reply was lost may have reserved jobs that nobody
+	// would receive before their TTR: it is sent again, and its second
+	// run answers from its record.
+	q.resendUnanswered(ctx, calls, resendWindow)
 	for i, g := range groups {
 		jobs, status, left, err := reserveResult(calls[i].cmd)
 		if err != nil {

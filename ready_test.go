@@ -354,3 +354,26 @@ func TestALostReserveReplySpendsNoAttempt(t *testing.T) {
 		}
 	})
 }
+
+func TestAReserveWhoseReplyNeverCameIsSentAgain(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		q := newQueue(t, c, WithBuckets(1))
+		a := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, scriptReserve.on(q.plain).Load(ctx, c).Err()) // or the lost reply would be NOSCRIPT's
+		fired := d.LoseNextReply(scriptReserve.on(q.plain).Hash())
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err, "the call is sent again, and answered")
+		require.True(t, fired())
+		assert.Equal(t, a, job.ID, "the job the lost run reserved")
+		assert.Equal(t, 1, job.Attempts)
+		require.NoError(t, q.Finish(ctx, job.ID))
+		st, err := q.Stats(ctx, "t")
+		require.NoError(t, err)
+		assert.Zero(t, st.Jobs, "no job is left reserved until its TTR")
+	}, func(o *redis.Options) {
+		// No retries of go-redis's own: the lost reply reaches the queue,
+		// as when a partition outlasts them.
+		o.MaxRetries = -1
+	})
+}

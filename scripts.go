@@ -204,6 +204,15 @@ func (q *DelayQueue) flushCalls(ctx context.Context, reqs []*batch.Request[*scri
 // when another command of its batch to a moving slot is refused with
 // TRYAGAIN).
 func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
+	if q.readTimeout > 0 {
+		// Still waiting as long as the client waits for a reply: some
+		// attempt got none in time (go-redis sends it again, and says
+		// nothing of it), so the link may have gone silent, and the
+		// subscriptions with it, which would otherwise notice only at
+		// their health check.
+		slow := time.AfterFunc(q.readTimeout, q.probeSubscriptions)
+		defer slow.Stop()
+	}
 	q.attachRecords(calls)
 	if len(calls) == 1 {
 		c := calls[0]
@@ -227,6 +236,66 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 		if err := redisError(c.cmd.Err()); err != c.cmd.Err() {
 			c.cmd.SetErr(err)
 		}
+	}
+}
+
+// resendWindow bounds how long a reserve call whose reply was lost is sent
+// again: a connection cut, or a short partition, is over well within it.
+const resendWindow = 10 * time.Second
+
+// resendUnanswered sends again, with backoff, the calls whose outcome is
+// unknown (the connection broke, or timed out, after go-redis's own
+// retries), until each is answered, ctx ends, or within has passed. Only
+// for scripts whose second run answers as the first did: reserve.lua,
+// from its record.
+func (q *DelayQueue) resendUnanswered(ctx context.Context, calls []*scriptCall, within time.Duration) {
+	deadline := time.Now().Add(within)
+	var timer *time.Timer
+	for n := 1; ; n++ {
+		var lost []*scriptCall
+		for _, c := range calls {
+			if unanswered(c.cmd.Err()) {
+				lost = append(lost, c)
+			}
+		}
+		wait := retryBackoff(n)
+		if len(lost) == 0 || time.Now().Add(wait).After(deadline) {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+		q.sendCalls(ctx, lost)
+	}
+}
+
+// unanswered reports whether err leaves a call's outcome unknown: no reply
+// came, and the script may have run.
+func unanswered(err error) bool {
+	var reply redis.Error
+	switch {
+	case err == nil, errors.As(err, &reply), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	return true
+}
+
+// probeSubscriptions has the subscriptions checked now (notifier.probe).
+func (q *DelayQueue) probeSubscriptions() {
+	q.mu.Lock()
+	notes := q.notes
+	q.mu.Unlock()
+	if notes != nil {
+		notes.probe()
 	}
 }
 
@@ -300,6 +369,18 @@ func (q *DelayQueue) attachRecords(calls []*scriptCall) {
 func (q *DelayQueue) callName() string {
 	n := q.reserveCalls.Add(1)
 	return string(appendBase58([]byte(q.callPrefix), n))
+}
+
+// readTimeout is how long client waits for a reply; 0 or less for none,
+// or when it cannot tell.
+func readTimeout(client redis.UniversalClient) time.Duration {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
 
 // recordLife is how long a reserve call's record lives when its caller

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -67,6 +68,14 @@ type childConfig struct {
 	start   bool // dq: call Start; min: run the mover
 	timeout time.Duration
 	observe string // dq: what the queue has attached (-observe)
+	// endure (dq): Redis errors of pushes, pops and finishes are retried
+	// and counted, not the end of the run, and jobs carry IDs of the
+	// child's (their numbers), so that a push retried after a lost reply
+	// makes no second job. For runs through a relay that cuts connections.
+	endure   bool
+	logLevel string // dq: the queue's log level on stderr; empty: slog's default
+	// readTimeout is the client's ReadTimeout; 0: go-redis's default.
+	readTimeout time.Duration
 }
 
 func parseChildFlags(args []string) (*childConfig, error) {
@@ -84,6 +93,9 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.BoolVar(&c.start, "start", false, "dq: call Start; min: run the mover")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "stop after this long in any case")
 	fs.StringVar(&c.observe, "observe", observeNone, "dq: what the queue has attached: none or prom")
+	fs.BoolVar(&c.endure, "endure", false, "dq: retry and count Redis errors of pushes, pops and finishes; jobs carry their numbers as IDs")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 0, "the client's ReadTimeout (0: go-redis's default, 3s)")
+	fs.StringVar(&c.logLevel, "log", "", "dq: log the queue at this level (debug, info, warn) on stderr, with microsecond times")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -100,6 +112,8 @@ func parseChildFlags(args []string) (*childConfig, error) {
 		return nil, fmt.Errorf("unknown due kind %q", c.due)
 	case c.observe != observeNone && c.observe != observeProm:
 		return nil, fmt.Errorf("unknown observation %q", c.observe)
+	case c.logLevel != "" && c.logLevel != "debug" && c.logLevel != "info" && c.logLevel != "warn":
+		return nil, fmt.Errorf("unknown log level %q", c.logLevel)
 	case *addrs == "" || c.queue == "":
 		return nil, errors.New("-addrs and -queue are required")
 	}
@@ -150,22 +164,26 @@ func readControl(r io.Reader, base chan<- int64, stop func()) {
 
 func (c *childConfig) client() redis.UniversalClient {
 	if c.cluster {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs, PoolSize: 64})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs, PoolSize: 64, ReadTimeout: c.readTimeout})
 	}
-	return redis.NewClient(&redis.Options{Addr: c.addrs[0], PoolSize: 64})
+	return redis.NewClient(&redis.Options{Addr: c.addrs[0], PoolSize: 64, ReadTimeout: c.readTimeout})
 }
 
 func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (design, error) {
 	if c.impl == "min" {
 		return openMinimal(client, c.queue, c.start), nil
 	}
+	opts := []delayqueue.Option{delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(time.Minute)}
+	if c.logLevel != "" {
+		opts = append(opts, delayqueue.WithLogger(childLogger(c.role+"/"+c.method, c.logLevel)))
+	}
 	q, detach, err := openObserved(c.observe, func(more ...delayqueue.Option) (*delayqueue.DelayQueue, error) {
-		return delayqueue.New(client, append([]delayqueue.Option{delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(time.Minute)}, more...)...)
+		return delayqueue.New(client, append(opts, more...)...)
 	})
 	if err != nil {
 		return nil, err
 	}
-	d := &queue{q: q, method: c.method, detach: detach}
+	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure}
 	if c.start {
 		if err := q.Start(ctx); err != nil {
 			_ = d.close(ctx)
@@ -204,6 +222,9 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 			case b := <-base:
 				var err error
 				res.Pushed, res.PushStart, res.PushEnd, err = c.pushAll(gctx, d, b)
+				if err == nil && c.role == "producer" && c.start && c.impl == "dq" {
+					<-gctx.Done() // its bucket handlers move the jobs until it is stopped
+				}
 				return err
 			}
 		})
@@ -213,7 +234,27 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 		res.Error = err.Error()
 	}
 	res.Received = out.received()
+	if q, ok := d.(*queue); ok {
+		res.Retried = int(q.retried.Load())
+	}
 	return res
+}
+
+// childLogger logs at level on stderr, each line with the Unix time in µs
+// and who logs (a child's role and method), so that the lines of several
+// children can be merged and set beside a run's timeline.
+func childLogger(who, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // checked by parseChildFlags
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{
+		Level: l,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Int64("us", a.Value.Time().UnixMicro())
+			}
+			return a
+		},
+	})).With("who", who)
 }
 
 // pushAll pushes c.jobs jobs with 16 goroutines; base is the first due
@@ -246,9 +287,11 @@ func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int,
 
 // queue is a child's handle on the queue under test.
 type queue struct {
-	q      *delayqueue.DelayQueue
-	method string
-	detach func() // ends what -observe attached
+	q       *delayqueue.DelayQueue
+	method  string
+	detach  func() // ends what -observe attached
+	endure  bool   // -endure
+	retried atomic.Int64
 }
 
 func (d *queue) push(ctx context.Context, body []byte, due int64, how dueKind) error {
@@ -259,8 +302,38 @@ func (d *queue) push(ctx context.Context, body []byte, due int64, how dueKind) e
 	case dueHour:
 		job.Delay = time.Hour
 	}
-	_, err := d.q.Push(ctx, job)
-	return err
+	if !d.endure {
+		_, err := d.q.Push(ctx, job)
+		return err
+	}
+	n, _, err := parseBody(body)
+	if err != nil {
+		return err
+	}
+	job.ID = "j" + strconv.Itoa(n) // pushed again, it exists already: nothing changes
+	for {
+		_, err := d.q.Push(ctx, job)
+		switch {
+		case err == nil:
+			return nil
+		case !d.again(ctx):
+			return err
+		}
+	}
+}
+
+// again counts a Redis error that an enduring child retries, and waits a
+// little before the retry; it reports false when ctx ended.
+func (d *queue) again(ctx context.Context) bool {
+	d.retried.Add(1)
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // consume runs 16 goroutines calling Pop and Finish, or Consume with 16
@@ -287,11 +360,16 @@ func (d *queue) consume(ctx context.Context, got func(body []byte, reserved time
 					// ReservedUntil-TTR.
 					got(job.Body, job.ReservedUntil.Add(-job.TTR))
 					if err := d.q.Finish(ctx, job.ID); err != nil && ctx.Err() == nil {
-						return err
+						if !d.endure {
+							return err
+						}
+						d.retried.Add(1) // the job comes back after its TTR
 					}
 				case errors.Is(err, delayqueue.ErrNoJob):
 				case ctx.Err() != nil:
 					return nil
+				case d.endure:
+					d.again(ctx)
 				default:
 					return err
 				}

@@ -15,10 +15,19 @@
 //
 //	go run ./cmd/dqbench -only l,e,p -runs 10 -topology single,split,multi -method pop,consume
 //	go run ./cmd/dqbench -only l -hog 0.175   # beside a process keeping 17.5 % of the CPU busy
+//
+// Scenario n runs only when named too: a producer and consumer processes
+// reach Redis through a relay that cuts every connection once per -n-cut,
+// or has them all go silent (-n-stall); see cuts.go:
+//
+//	go run ./cmd/dqbench -only n -runs 3                       # 3,000 jobs due over 50 s, a cut every second
+//	go run ./cmd/dqbench -only n -n-spread 20s -n-jobs 1200    # a shorter run
+//	go run ./cmd/dqbench -only n -n-cut 0 -n-stall 10s         # one silent stall, no cuts
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -128,6 +137,19 @@ func run(ctx context.Context) error {
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
 	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
+	cuts := cutParams{}
+	flag.IntVar(&cuts.jobs, "n-jobs", 3_000, "jobs in N")
+	flag.DurationVar(&cuts.spread, "n-spread", 50*time.Second, "N's jobs are due at random over this long, from -n-margin after pushing began")
+	flag.DurationVar(&cuts.margin, "n-margin", 5*time.Second, "N's first due time is this long after pushing began; pushing should end before it")
+	flag.DurationVar(&cuts.every, "n-cut", time.Second, "N cuts every connection through the relay this often (0: never)")
+	flag.DurationVar(&cuts.down, "n-down", 0, "N's relay stays down this long at each cut, closing the connections it accepts (0: up again at once)")
+	flag.DurationVar(&cuts.stall, "n-stall", 0, "N has every connection through the relay go silent this long after the first due time (0: never)")
+	flag.DurationVar(&cuts.delay, "n-delay", 0, "N's relay delays what it passes on by this much each way (a round trip takes twice as long more)")
+	flag.DurationVar(&cuts.readTimeout, "n-read-timeout", 0, "N's clients' ReadTimeout (0: go-redis's default, 3s)")
+	flag.StringVar(&cuts.starters, "n-start", "consumers", "which of N's processes call Start: consumers, producer or all")
+	nMethods := flag.String("n-methods", "consume,pop", "N's consumer processes, one per item: consume (Consume with 16 handlers) or pop (16 goroutines calling Pop and Finish)")
+	flag.StringVar(&cuts.timeline, "n-timeline", "", "folder for a CSV timeline of each N run (empty: none)")
+	flag.StringVar(&cuts.logLevel, "n-log", "", "log level of N's queues on stderr: debug, info or warn (empty: slog's default)")
 	hog := flag.Float64("hog", 0, "share of the machine's CPU that a competing process keeps busy while the scenarios run, in bursts on every core (0: none)")
 	flag.Parse()
 	if *hog != 0 {
@@ -139,8 +161,24 @@ func run(ctx context.Context) error {
 	}
 
 	stealStart := readCPU()
-	inProcess, layouts, err := chooseScenarios(*only)
-	if err != nil {
+	withCuts := false
+	var rest []string
+	for _, id := range strings.Split(*only, ",") {
+		if strings.EqualFold(strings.TrimSpace(id), cutScenarioID) {
+			withCuts = true
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	var inProcess []scenario
+	var layouts []*layoutScenario
+	var err error
+	if chosen := strings.Join(rest, ","); !withCuts || strings.TrimSpace(strings.ReplaceAll(chosen, ",", "")) != "" {
+		if inProcess, layouts, err = chooseScenarios(chosen); err != nil {
+			return err
+		}
+	}
+	if cuts.methods, err = listFlag("n-methods", *nMethods, "pop", "consume"); err != nil {
 		return err
 	}
 	topologies, err := listFlag("topology", *topology, "single", "split", "multi")
@@ -166,6 +204,16 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
 	case b.observe != observeNone && b.observe != observeProm:
 		return fmt.Errorf("-observe %q: none or prom", b.observe)
+	case cuts.jobs < 1:
+		return fmt.Errorf("-n-jobs %d: at least 1", cuts.jobs)
+	case cuts.spread < time.Millisecond:
+		return fmt.Errorf("-n-spread %v: at least 1ms", cuts.spread)
+	case cuts.starters != "consumers" && cuts.starters != "producer" && cuts.starters != "all":
+		return fmt.Errorf("-n-start %q: consumers, producer or all", cuts.starters)
+	case cuts.every < 0 || cuts.down < 0 || cuts.stall < 0 || cuts.delay < 0 || cuts.margin < 0:
+		return errors.New("-n-cut, -n-down, -n-stall, -n-delay and -n-margin: not negative")
+	case cuts.every > 0 && cuts.down >= cuts.every:
+		return fmt.Errorf("-n-down %v: shorter than -n-cut %v", cuts.down, cuts.every)
 	}
 
 	where := *addr
@@ -244,6 +292,14 @@ func run(ctx context.Context) error {
 			fmt.Println()
 		}
 		if err := b.runLayouts(ctx, layouts, *runs, topologies, methods); err != nil {
+			return err
+		}
+	}
+	if withCuts {
+		if len(inProcess)+len(layouts) > 0 {
+			fmt.Println()
+		}
+		if err := b.runCuts(ctx, cuts, *runs); err != nil {
 			return err
 		}
 	}

@@ -183,6 +183,7 @@ type receipts struct {
 	distinct int
 	total    int
 	lates    []time.Duration // lateness of each job's first delivery
+	firsts   []receipt       // each job's first delivery, as it came
 	early    int             // deliveries reserved before the job was due
 	last     time.Time       // the latest first delivery
 	all      chan struct{}   // closed once every job arrived
@@ -214,6 +215,7 @@ func (r *receipts) add(line []byte) error {
 	}
 	r.distinct++
 	r.lates = append(r.lates, rc.at.Sub(rc.due))
+	r.firsts = append(r.firsts, rc)
 	if rc.at.After(r.last) {
 		r.last = rc.at
 	}

@@ -45,6 +45,7 @@ type childResult struct {
 	PushStart int64  `json:"push_start_us,omitempty"` // Unix µs, before the first push
 	PushEnd   int64  `json:"push_end_us,omitempty"`   // Unix µs, after the last
 	Received  int    `json:"received,omitempty"`
+	Retried   int    `json:"retried,omitempty"` // Redis errors retried (-endure)
 	Error     string `json:"error,omitempty"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Proxy relays connections from Addr to a target address while it is up.
@@ -16,6 +17,7 @@ type Proxy struct {
 	Addr   string
 	target string
 	ln     net.Listener
+	delay  atomic.Int64 // one-way, in ns: see SetDelay
 
 	mu     sync.Mutex
 	up     bool
@@ -59,6 +61,12 @@ func (p *Proxy) Stall() {
 		s.Store(true)
 	}
 }
+
+// SetDelay has what the relay passes on, either way, arrive d later than
+// it would, as over a longer link: a round trip takes 2d more. Bytes keep
+// their order; what is on its way when the delay changes keeps the delay
+// it had.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Close stops the proxy and waits for its goroutines.
 func (p *Proxy) Close() {
@@ -111,18 +119,43 @@ func (p *Proxy) relay(c net.Conn) {
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
 		defer wg.Done()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 && !stalled.Load() {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+		// Chunks go through a queue to a writer, which sends each once
+		// its delay is over; without a delay, at once.
+		type chunk struct {
+			b  []byte
+			at time.Time
+		}
+		queue := make(chan chunk, 1024)
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			for c := range queue {
+				if d := time.Until(c.at); d > 0 {
+					time.Sleep(d)
+				}
+				if stalled.Load() {
+					continue
+				}
+				if _, err := dst.Write(c.b); err != nil {
+					_ = src.Close() // the reader stops too
 					break
 				}
+			}
+			for range queue { // drained, so the reader never blocks
+			}
+		}()
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				queue <- chunk{b: buf[:n], at: time.Now().Add(time.Duration(p.delay.Load()))}
 			}
 			if err != nil {
 				break
 			}
 		}
+		close(queue)
+		<-written
 		_ = dst.Close()
 		_ = src.Close()
 	}
