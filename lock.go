@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -71,15 +72,22 @@ func (l *bucketLease) contended(wait, lease time.Duration) time.Duration {
 // it, so that a late wake-up or a slow round trip does not lose it.
 func renewWithin(lease time.Duration) time.Duration { return lease / 3 }
 
-// release gives the leases of bucket b up, if held, and tells the standby
-// that the bucket is free.
+// release gives the leases of bucket b up, if held: the standby hears that
+// the lease is free and takes the bucket over, and the others that the
+// standby lease is.
 func (l *bucketLease) release(ctx context.Context, q *DelayQueue, b int) error {
-	if l.role == roleNone {
+	role := l.role
+	if role == roleNone {
 		return nil
 	}
 	l.role = roleNone
-	_, err := q.unlock(ctx, b, l.token)
-	return err
+	if _, err := q.unlock(ctx, b, l.token); err != nil {
+		return err
+	}
+	if role == roleStandby {
+		q.announce(ctx, controlStandby+strconv.Itoa(b))
+	}
+	return nil
 }
 
 // newToken returns a random lease token.

@@ -169,9 +169,11 @@ func (q *DelayQueue) control(msg string) {
 	w, handlers := q.waits, q.handlers
 	q.mu.Unlock()
 	if msg == "" {
-		// Whatever was said while not subscribed: look again.
+		// Whatever was said while not subscribed: a paused topic looks
+		// again (its resume may be lost), a handler without a role tries
+		// for the standby lease.
 		if w != nil {
-			w.resumeAll()
+			w.resumePaused()
 		}
 		for _, h := range handlers {
 			h.standbyVacant()

@@ -388,13 +388,15 @@ func (w *waits) pause(topic string) {
 	w.topicLocked(topic).paused = true
 }
 
-// resumeAll has every topic's consumers look again, as after a resume that
-// may have been missed.
-func (w *waits) resumeAll() {
+// resumePaused has the consumers of every paused topic look again, as
+// after a resume that may have been missed.
+func (w *waits) resumePaused() {
 	w.mu.Lock()
 	var topics []string
-	for topic := range w.topics {
-		topics = append(topics, topic)
+	for topic, tw := range w.topics {
+		if tw.paused {
+			topics = append(topics, topic)
+		}
 	}
 	w.mu.Unlock()
 	for _, topic := range topics {
