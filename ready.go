@@ -106,6 +106,9 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		for _, job := range jobs {
 			job.queue = q.ident
 		}
+		if err == nil {
+			q.observe(ctx, Event{Kind: EventReserveCall, Topic: g.Key.topic, Count: len(jobs)})
+		}
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
