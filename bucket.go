@@ -13,19 +13,17 @@ import (
 
 // moveResult is what one move step did.
 type moveResult struct {
+	role leaseRole // what the call made of the caller: holder, standby or neither
+	// moved is how many due jobs the holder moved.
 	moved int
 	// next is how long until the bucket's next job is due; -1 when the
-	// bucket is empty.
+	// bucket is empty, or not known (to neither holder nor standby).
 	next time.Duration
-	// held is how long another process still holds the lease; zero when
-	// this call held it.
-	held time.Duration
-	// contended is true when another process holds the lease.
-	contended bool
-	// mark is the mark of the script's run, which its ready wake-ups carry.
-	mark string
-	// fresh is set when the call took a free lease rather than extending
-	// its own.
+	// wait is, for the standby, how long the holder's lease has to run;
+	// for neither, the standby's.
+	wait time.Duration
+	// fresh is set when the call took a free lease or the bucket over,
+	// rather than extending its own.
 	fresh bool
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
@@ -37,47 +35,63 @@ type topicCount struct {
 }
 
 // moveDue moves up to a batch of due jobs of bucket b to their ready lists
-// (or dead letters), holding or taking the bucket's lease with token. call
-// numbers the call, for the mark of its wake-ups; with trim, it also
-// deletes the tombstones whose dedup window ended.
-func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, call uint64, trim bool) (moveResult, error) {
+// (or dead letters), holding or taking the bucket's lease with token, or
+// standing by (lock.go); with trim, it also deletes the tombstones whose
+// dedup window ended.
+func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool) (moveResult, error) {
 	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts}
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby}
 	reply, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, bk.readyChannels, q.pub, call, trim).Slice()
+		token, q.opts.lease.Milliseconds(), q.opts.batch, trim, takeoverGrace.Milliseconds()).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}
-	var res [2]int64
-	ok := len(reply) >= 2
-	for i := 0; ok && i < 2; i++ {
-		res[i], ok = reply[i].(int64)
-	}
-	if ok && res[0] < 0 {
-		return moveResult{contended: true, held: time.Duration(max(res[1], 0)) * time.Millisecond}, nil
-	}
-	r := moveResult{moved: int(res[0]), next: -1}
-	var fresh int64
-	if ok = ok && len(reply)%2 == 0; ok {
-		r.mark, ok = reply[2].(string)
-	}
-	if ok {
-		fresh, ok = reply[3].(int64)
-	}
-	if !ok {
+	bad := func() (moveResult, error) {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: unexpected reply %v", b, reply)
 	}
-	r.fresh = fresh == 1
-	if res[1] >= 0 {
-		r.next = time.Duration(res[1]) * time.Microsecond
+	var head [3]int64
+	for i := range head {
+		if i >= len(reply) {
+			if head[0] == moveNeither && i == 2 {
+				break // {-1, ttl}
+			}
+			return bad()
+		}
+		var ok bool
+		if head[i], ok = reply[i].(int64); !ok {
+			return bad()
+		}
 	}
-	for i := 4; i+1 < len(reply); i += 2 {
+	until := func(us int64) time.Duration {
+		if us < 0 {
+			return -1
+		}
+		return time.Duration(us) * time.Microsecond
+	}
+	switch head[0] {
+	case moveNeither:
+		return moveResult{role: roleNone, next: -1, wait: time.Duration(max(head[1], 0)) * time.Millisecond}, nil
+	case moveStandby:
+		return moveResult{role: roleStandby, next: until(head[1]), wait: time.Duration(max(head[2], 0)) * time.Millisecond}, nil
+	}
+	if head[0] < 0 || len(reply)%2 == 0 {
+		return bad()
+	}
+	r := moveResult{role: roleHolder, moved: int(head[0]), next: until(head[1]), fresh: head[2] == 1}
+	for i := 3; i+1 < len(reply); i += 2 {
 		topic, _ := reply[i].(string)
 		count, _ := reply[i+1].(int64)
 		r.ready = append(r.ready, topicCount{topic, int(count)})
 	}
 	return r, nil
 }
+
+// move.lua's answers for a caller that does not hold the lease, first in
+// its reply (a holder's is how many jobs it moved).
+const (
+	moveNeither = -1 // another process holds the lease, and another stands by
+	moveStandby = -2 // the caller stands by
+)
 
 // RescheduleIn moves a delayed or ready job to be due after delay from now,
 // on the server's clock; zero makes it ready now. It returns ErrNotPending
@@ -123,8 +137,8 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 		delayMs = -1
 	}
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix, bk.counts},
-		id, delayMs, dueMs, bk.wake, bk.readyChannels, q.pub).Int64Slice()
+	res, err := q.run(ctx, b, scriptReschedule, []string{bk.pool, bk.zset, bk.readyPrefix, bk.counts, bk.sigPrefix},
+		id, delayMs, dueMs, bk.wake, q.pub).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
 	}

@@ -72,8 +72,9 @@ func TestMoveDue(t *testing.T) {
 			name: "an expired reservation becomes ready again",
 			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
 				id := pushed(t, q, &Job{Topic: "t", TTR: 5 * time.Second})
-				jobs, _, err := q.reserve(ctx, 0, "t", 1)
+				c, err := q.reserve(ctx, 0, "t", 1, 0, true)
 				require.NoError(t, err)
+				jobs := c.jobs
 				require.Len(t, jobs, 1)
 				require.Equal(t, id, jobs[0].ID)
 				advance(5 * time.Second)
@@ -85,8 +86,9 @@ func TestMoveDue(t *testing.T) {
 			name: "a reservation not yet expired stays",
 			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
 				id := pushed(t, q, &Job{Topic: "t", TTR: 5 * time.Second})
-				jobs, _, err := q.reserve(ctx, 0, "t", 1)
+				c, err := q.reserve(ctx, 0, "t", 1, 0, true)
 				require.NoError(t, err)
+				jobs := c.jobs
 				require.Len(t, jobs, 1)
 				advance(4 * time.Second)
 				return []string{id}
@@ -97,8 +99,9 @@ func TestMoveDue(t *testing.T) {
 			name: "an expired reservation with no attempts left is dead",
 			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
 				id := pushed(t, q, &Job{Topic: "t", TTR: time.Second, MaxAttempts: 1})
-				jobs, _, err := q.reserve(ctx, 0, "t", 1)
+				c, err := q.reserve(ctx, 0, "t", 1, 0, true)
 				require.NoError(t, err)
+				jobs := c.jobs
 				require.Len(t, jobs, 1)
 				advance(time.Second)
 				return []string{id}
@@ -122,7 +125,7 @@ func TestMoveDue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			q, _, c, advance := clockQueue(t, tc.opts...)
 			ids := tc.seed(t, q, advance)
-			res, err := q.moveDue(ctx, 0, "token", 0, false)
+			res, err := q.moveDue(ctx, 0, "token", false)
 			require.NoError(t, err)
 			assert.Equal(t, tc.moved, res.moved)
 			assert.Equal(t, tc.next, res.next)
@@ -163,7 +166,7 @@ func TestMoveIsSafeToRunTwice(t *testing.T) {
 	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
 	advance(time.Second)
 	for range 2 {
-		_, err := q.moveDue(ctx, 0, "token", 0, false)
+		_, err := q.moveDue(ctx, 0, "token", false)
 		require.NoError(t, err)
 	}
 	ids, err := c.LRange(ctx, q.keys.bucket(0).ready("t"), 0, -1).Result()
@@ -178,7 +181,7 @@ func TestReschedule(t *testing.T) {
 	require.NoError(t, q.RescheduleIn(ctx, id, time.Minute))
 	advance(time.Minute)
 	now := time.UnixMilli(1_700_000_000_000).Add(time.Minute) // the server's clock
-	res, err := q.moveDue(ctx, 0, "token", 0, false)
+	res, err := q.moveDue(ctx, 0, "token", false)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.moved, "due after the new delay")
 

@@ -158,7 +158,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 	work := make(chan func())
 	defer close(work) // the idle workers end
 	workers := 0
-	failures := 0
+	var failures errorRun
 	var wait *time.Timer
 	for {
 		select {
@@ -184,21 +184,20 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrNoJob):
-				// Redis answered: the errors before were not in a row.
-				failures = 0
+				failures.ended() // the errors before were not in a row
 				continue
 			case ctx.Err() != nil:
 				return nil
 			case errors.Is(err, ErrClosed):
 				return err
 			}
-			failures++
-			c.q.opts.logger.Warn("delayqueue: consumer cannot pop; retrying", attrTopic, topic, attrError, err)
+			backoff := failures.failed()
+			c.q.opts.logger.Warn("delayqueue: consumer cannot pop; retrying", attrTopic, topic, attrError, err, "failures", int(failures))
 			if wait == nil {
-				wait = time.NewTimer(retryBackoff(failures))
+				wait = time.NewTimer(backoff)
 				defer wait.Stop()
 			} else {
-				wait.Reset(retryBackoff(failures))
+				wait.Reset(backoff)
 			}
 			select {
 			case <-wait.C:
@@ -207,7 +206,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 			}
 			continue
 		}
-		failures = 0
+		failures.ended()
 		for _, job := range jobs {
 			hctx := c.start(job, sent, time.Now())
 			task := func() {
@@ -239,6 +238,18 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		}
 	}
 }
+
+// errorRun counts the failures in a row of a loop that backs off.
+type errorRun int
+
+// failed counts a failure and returns how long to back off.
+func (r *errorRun) failed() time.Duration {
+	*r++
+	return retryBackoff(int(*r))
+}
+
+// ended ends the run: the next failure is a first.
+func (r *errorRun) ended() { *r = 0 }
 
 // work runs task, then the tasks handed to it, until work is closed. The
 // workers live as long as fetch: a goroutine per job would grow its stack

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dqueue/delayqueue/internal/flakyconn"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -368,37 +366,17 @@ func consumeHelper(q *DelayQueue) int {
 	return 1
 }
 
+// Consume backs off for failures in a row only: a pop that found nothing
+// (ErrNoJob) ends a run, so that failures now and then, as a connection
+// cut makes them on a quiet topic, never grow the wait.
 func TestConsumeBacksOffOnlyForErrorsInARow(t *testing.T) {
-	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
-		q := newQueue(t, c, WithBuckets(1), WithSafetyPoll(20*time.Millisecond))
-		ctx, cancel := context.WithCancel(context.Background())
-		got := make(chan time.Time, 1)
-		done := make(chan error, 1)
-		go func() {
-			done <- q.Consume(ctx, "t", func(context.Context, *Job) error {
-				got <- time.Now()
-				return nil
-			}, ConsumeOptions{})
-		}()
-		defer func() {
-			cancel()
-			require.NoError(t, <-done)
-		}()
-		// Eight pops fail, each after pops that found nothing: eight
-		// errors, none in a row with another, as a connection cut every
-		// now and then makes them on a quiet topic.
-		for range 8 {
-			fired := d.LoseNextReply("smembers") // the paused topics, read at most twice a second
-			require.Eventually(t, fired, 30*time.Second, time.Millisecond)
-			time.Sleep(200 * time.Millisecond) // its backoff, then pops that read them and find nothing
-		}
-		pushedAt := time.Now()
-		pushed(t, q, &Job{Topic: "t"})
-		select {
-		case at := <-got:
-			assert.Less(t, at.Sub(pushedAt), time.Second, "no backoff grown from errors that were not in a row")
-		case <-time.After(30 * time.Second):
-			t.Fatal("the job never came")
-		}
-	}, func(o *redis.Options) { o.MaxRetries = -1 })
+	var run errorRun
+	for range 8 {
+		assert.LessOrEqual(t, run.failed(), 50*time.Millisecond, "a first failure backs off the least")
+		assert.Equal(t, errorRun(1), run)
+		run.ended() // a pop found nothing
+	}
+	run.failed()
+	run.failed()
+	assert.Equal(t, errorRun(2), run, "failures in a row add up")
 }

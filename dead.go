@@ -100,8 +100,8 @@ func (q *DelayQueue) eachBucketBatch(step func(b int) (int, error)) (int, error)
 
 func (q *DelayQueue) requeue(ctx context.Context, b int, topic, id string) (int, error) {
 	bk := q.keys.bucket(b)
-	n, err := q.run(ctx, b, scriptRequeue, []string{bk.dead(topic), bk.pool, bk.readyPrefix, bk.deadTopics, bk.counts},
-		bk.readyChannels, q.pub, deadBatch, id, topic).Int()
+	n, err := q.run(ctx, b, scriptRequeue, []string{bk.dead(topic), bk.pool, bk.readyPrefix, bk.deadTopics, bk.counts, bk.sigPrefix},
+		deadBatch, id, topic).Int()
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: requeue dead jobs of %q in bucket %d: %w", topic, b, err)
 	}

@@ -33,7 +33,6 @@ type DelayQueue struct {
 
 	held       heldSet    // reservations Pop returned, for Finish to check
 	startWatch startWatch // warns when consumers wait and nobody started
-	pauses     pauses     // the paused topics, as this process last read them
 
 	// Reserve calls: their names, how long their records live, and the
 	// records to delete (see reserve.lua).
@@ -53,6 +52,7 @@ type DelayQueue struct {
 	handlers []*bucketHandler
 	stopped  chan struct{} // closed when every bucket handler has returned
 	notes    *notifier
+	waits    *waits // consumers waiting for ready jobs (signals.go)
 
 	restoreMu sync.Mutex // restoreRecord, one at a time
 
@@ -195,6 +195,21 @@ func (q *DelayQueue) initQueue(ctx context.Context, name, mode string, buckets i
 	return rec, nil
 }
 
+// waiting returns the queue's waits (signals.go), made on first use with
+// the notifier, which carries resumes to them; ErrClosed after Close.
+func (q *DelayQueue) waiting() (*waits, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
+	if q.waits == nil {
+		q.notifierLocked(context.Background())
+		q.waits = newWaits(q)
+	}
+	return q.waits, nil
+}
+
 // restoreRecord puts the queue's record (meta hash) back when Redis lost
 // it, as this process knows it: the bucket count, the format, the identity,
 // and an instance counter no lower than this instance's number, so that
@@ -230,38 +245,33 @@ func (q *DelayQueue) Start(ctx context.Context) error {
 	if ctx == nil {
 		panic("delayqueue: Start with a nil Context")
 	}
-	wakers, notes, err := q.startHandlers(ctx)
-	if err != nil {
+	if err := q.startHandlers(ctx); err != nil {
 		return err
 	}
-	// No lock is held from here on, as these talk to Redis. The bucket handlers
-	// look at their buckets at once; the confirmation of their wake-up
-	// channels makes them look again, so a push in between is not missed.
+	// No lock is held from here on, as this talks to Redis. The bucket
+	// handlers look at their buckets at once, and listen for wake-ups once
+	// they hold or stand by for a lease: the confirmation of a wake-up
+	// channel makes them look again, so a push in between is not missed.
 	q.warnEviction(ctx)
-	if err := notes.listenForHandlers(wakers); err != nil && !errors.Is(err, ErrClosed) {
-		return err
-	}
 	return nil
 }
 
-// startHandlers starts the bucket handlers, under q.mu, and returns what
-// wakes them and the notifier that will.
-func (q *DelayQueue) startHandlers(ctx context.Context) ([]bucketWaker, *notifier, error) {
+// startHandlers starts the bucket handlers, under q.mu, and the notifier
+// that wakes them.
+func (q *DelayQueue) startHandlers(ctx context.Context) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
 	case q.closed.Load(): // Close sets it before it reads the fields below
-		return nil, nil, ErrClosed
+		return ErrClosed
 	case q.started:
-		return nil, nil, ErrStarted
+		return ErrStarted
 	}
 	handlers := make([]*bucketHandler, q.opts.buckets)
-	wakers := make([]bucketWaker, q.opts.buckets)
 	for b := range handlers {
 		handlers[b] = newBucketHandler(q, b)
-		wakers[b] = handlers[b]
 	}
-	notes := q.notifierLocked(ctx)
+	q.notifierLocked(ctx)
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	for _, h := range handlers {
@@ -277,7 +287,7 @@ func (q *DelayQueue) startHandlers(ctx context.Context) ([]bucketWaker, *notifie
 		close(stopped)
 	}()
 	q.started, q.cancel, q.handlers, q.stopped = true, cancel, handlers, stopped
-	return wakers, notes, nil
+	return nil
 }
 
 // closeTimeout bounds the work Close does in Redis: releasing the leases.
@@ -296,14 +306,14 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 		q.closed.Store(true)
 		close(q.done)
 		q.mu.Lock()
-		cancel, stopped, handlers, notes := q.cancel, q.stopped, q.handlers, q.notes
+		cancel, stopped, handlers, notes, waits := q.cancel, q.stopped, q.handlers, q.notes, q.waits
 		q.mu.Unlock()
 		q.shutdown = make(chan struct{})
 		sctx, stop := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		go func() {
 			defer close(q.shutdown)
 			defer stop()
-			q.closeErr = q.stop(sctx, cancel, stopped, handlers, notes)
+			q.closeErr = q.stop(sctx, cancel, stopped, handlers, notes, waits)
 		}()
 	})
 	select {
@@ -316,8 +326,11 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 
 // stop is the shutdown of Close. The notifier is closed whatever happens
 // to the rest: its goroutines end with Close.
-func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler, notes *notifier) error {
+func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler, notes *notifier, waits *waits) error {
 	err := q.stopHandlers(ctx, cancel, stopped, handlers)
+	if waits != nil {
+		err = errors.Join(err, waits.close(ctx))
+	}
 	if notes != nil {
 		// Closing it is local: a short bound of its own, should the
 		// bucket handlers have used up ctx.

@@ -61,12 +61,12 @@ func TestCloseEndsTheNotifierEvenWhenAHandlerIsStuck(t *testing.T) {
 	_, err = q.Pop(context.Background(), "t", 0) // subscribes
 	require.ErrorIs(t, err, ErrNoJob)
 	q.mu.Lock()
-	notes := q.notes
+	notes, waits := q.notes, q.waits
 	q.mu.Unlock()
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()
 	stuck := make(chan struct{}) // a handler that never returns
-	err = q.stop(expired, func() {}, stuck, nil, notes)
+	err = q.stop(expired, func() {}, stuck, nil, notes, waits)
 	assert.ErrorIs(t, err, context.Canceled)
 	notes.mu.Lock()
 	assert.True(t, notes.closed)

@@ -121,7 +121,7 @@ func TestFaultLeaseHolderPausedPastItsLease(t *testing.T) {
 	holder.signal(t, syscall.SIGSTOP) // paused while it holds the leases
 	require.Eventually(t, func() bool {
 		for b, v := range locks() {
-			if v != q.handlers[b].lease.token {
+			if !strings.HasPrefix(v, q.handlers[b].lease.token+" ") {
 				return false
 			}
 		}
@@ -318,4 +318,87 @@ func TestFaultRedisUnreachableAtStartAndMidway(t *testing.T) {
 	err = q.Close(closeCtx)
 	t.Logf("Close with Redis unreachable returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	assert.NoError(t, closeCtx.Err(), "Close returned within its context")
+}
+
+// A lease holder that dies (SIGKILL) or freezes (SIGSTOP) costs its
+// buckets' due jobs about takeoverGrace, not the rest of its lease: the
+// standby, another started process, takes the buckets over when their jobs
+// are overdue and the holder has moved nothing for as long.
+func TestFaultALostLeaseHolderIsTakenOverLongBeforeItsLeaseRunsOut(t *testing.T) {
+	for name, sig := range map[string]syscall.Signal{"killed": syscall.SIGKILL, "frozen": syscall.SIGSTOP} {
+		t.Run(name, func(t *testing.T) {
+			s := redistest.Start(t)
+			c := s.Client(t)
+			queue := uniqueName(t)
+			const lease = time.Minute
+			holder := startChild(t, "mover", s.Addr, queue, "DQ_LEASE="+lease.String())
+			holder.expect(t, "started")
+			var late lateness
+			q := newQueue(t, c, WithName(queue), WithLease(lease), WithObserver(&late))
+			locks := func(key func(bucketKeys) string) []string {
+				var vals []string
+				for b := range q.opts.buckets {
+					v, _ := c.Get(context.Background(), key(q.keys.bucket(b))).Result()
+					vals = append(vals, v)
+				}
+				return vals
+			}
+			require.Eventually(t, func() bool { return !slices.Contains(locks(func(bk bucketKeys) string { return bk.lock }), "") },
+				10*time.Second, time.Millisecond, "the child holds every bucket")
+			startQueue(t, q)
+			require.Eventually(t, func() bool {
+				for b, v := range locks(func(bk bucketKeys) string { return bk.standby }) {
+					if v != q.handlers[b].lease.token {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, time.Millisecond, "this process stands by for every bucket")
+
+			n := scale(1000, 10_000)
+			due := time.Now().Add(time.Second)
+			ids := pushN(t, q, n, func(i int) *Job {
+				return &Job{Topic: "t", RunAt: due.Add(time.Duration(i%2000) * time.Millisecond)}
+			})
+			killed := time.Now()
+			holder.signal(t, sig)
+			if sig == syscall.SIGSTOP {
+				t.Cleanup(func() { _ = holder.cmd.Process.Signal(syscall.SIGCONT) })
+			}
+			tl := deliverAll(t, q, ids, lease/2) // well before the holder's lease would run out
+			require.Less(t, time.Since(killed), lease, "delivered before the dead holder's lease ran out")
+			for b, v := range locks(func(bk bucketKeys) string { return bk.lock }) {
+				assert.True(t, strings.HasPrefix(v, q.handlers[b].lease.token+" "), "bucket %d taken over", b)
+			}
+			p99, worst := late.figures()
+			t.Logf("FAULT lease holder %s: %d jobs due over 2 s from 1 s after: lateness p99 %v, max %v (lease %v)", name, n, p99, worst, lease)
+			tl.report(t, "lease holder "+name+", the standby takes over")
+		})
+	}
+}
+
+// lateness collects the lateness of every delivery (EventReserved).
+type lateness struct {
+	mu  sync.Mutex
+	all []time.Duration
+}
+
+func (l *lateness) Observe(_ context.Context, e Event) {
+	if e.Kind == EventReserved && e.Lateness >= 0 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.all = append(l.all, e.Lateness)
+	}
+}
+
+// figures returns the p99 and the largest lateness seen.
+func (l *lateness) figures() (p99, worst time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.all) == 0 {
+		return 0, 0
+	}
+	all := slices.Clone(l.all)
+	slices.Sort(all)
+	return all[len(all)*99/100], all[len(all)-1]
 }

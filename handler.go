@@ -3,77 +3,40 @@ package delayqueue
 import (
 	"context"
 	"math/rand/v2"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// bucketHandler moves the due jobs of one bucket while it holds the bucket's lease.
-// It sleeps until the bucket's next job is due, a push makes an earlier job
-// the bucket's first, the lease needs renewing, or the safety poll comes.
+// bucketHandler moves the due jobs of one bucket while it holds the
+// bucket's lease, or stands by to take the bucket over (lock.go). It
+// sleeps until the bucket's next job is due (the standby: and a grace
+// more), a push makes an earlier job the bucket's first, the lease needs
+// renewing, or the safety poll comes.
 type bucketHandler struct {
 	q     *DelayQueue
 	b     int
 	lease bucketLease   // owned by the handler goroutine, and by Close once it has ended
-	sig   chan struct{} // buffered: a wake-up is waiting in wakeAt or free
+	sig   chan struct{} // buffered: a wake-up is waiting in wakeAt, free or vacant
 
 	mu     sync.Mutex
 	wakeAt time.Time // the earliest wake-up asked for since the last look
 	free   bool      // the lease holder released the lease
-	// woke lists the (move mark, topic) pairs whose consumers in this
-	// process were woken, by the move's reply or by its message, whichever
-	// came first; the other is skipped. At most maxWoke, the oldest
-	// forgotten first (order is a ring over them).
-	woke  map[wakeKey]struct{}
-	order []wakeKey // maxWoke long, made on first use
-	next  int
+	vacant bool      // the standby lease is free
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
-	failures int       // consecutive Redis errors
-	trimmed  time.Time // when dead letters past their retention were last deleted
-	calls    uint64    // move calls made, numbering their marks
-	buried   time.Time // when expired tombstones were last deleted
-}
-
-type wakeKey struct{ mark, topic string }
-
-// maxWoke bounds the wake-ups a bucket handler remembers: far more than can be on
-// their way at once.
-const maxWoke = 256
-
-// wokeFromReply reports whether a ready notification of topic, marked by the
-// move that sent it, comes from this handler's own move, whose reply woke
-// this process's consumers already (see step). The first of the two to come,
-// reply or notification, wakes them.
-func (h *bucketHandler) wokeFromReply(mark, topic string) bool {
-	token, _, _ := strings.Cut(mark, ":")
-	return token == h.lease.token && !h.claimWake(mark, topic)
-}
-
-// claimWake reports whether the consumers of topic in this process are
-// still to be woken for the move marked mark, and records that they are.
-func (h *bucketHandler) claimWake(mark, topic string) bool {
-	k := wakeKey{mark, topic}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, ok := h.woke[k]; ok {
-		return false
-	}
-	if h.woke == nil {
-		h.woke, h.order = make(map[wakeKey]struct{}, maxWoke), make([]wakeKey, maxWoke)
-	}
-	delete(h.woke, h.order[h.next]) // the oldest, or the zero key
-	h.order[h.next] = k
-	h.next = (h.next + 1) % maxWoke
-	h.woke[k] = struct{}{}
-	return true
+	failures  int       // consecutive Redis errors
+	trimmed   time.Time // when dead letters past their retention were last deleted
+	buried    time.Time // when expired tombstones were last deleted
+	listening bool      // subscribed to the bucket's wake channel
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
 	return &bucketHandler{q: q, b: b, lease: bucketLease{token: newToken()}, sig: make(chan struct{}, 1)}
 }
 
-// wake asks the handler to move jobs after delay, when it holds the lease.
+// wake asks the handler to look at its bucket after delay: a job became
+// due then.
 func (h *bucketHandler) wake(delay time.Duration) {
 	at := time.Now().Add(delay)
 	h.mu.Lock()
@@ -84,10 +47,19 @@ func (h *bucketHandler) wake(delay time.Duration) {
 	h.signal()
 }
 
-// leaseFreed tells a bucket handler without the lease that it may take it now.
+// leaseFreed tells the bucket handler that the lease was released: the
+// standby takes the bucket over now.
 func (h *bucketHandler) leaseFreed() {
 	h.mu.Lock()
 	h.free = true
+	h.mu.Unlock()
+	h.signal()
+}
+
+// standbyVacant tells the bucket handler that the standby lease is free.
+func (h *bucketHandler) standbyVacant() {
+	h.mu.Lock()
+	h.vacant = true
 	h.mu.Unlock()
 	h.signal()
 }
@@ -110,22 +82,19 @@ func (h *bucketHandler) run(ctx context.Context) {
 	}
 }
 
-// step moves one batch and returns how long to wait before the next.
+// step moves one batch, or stands by, and returns how long to wait before
+// the next.
 func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	log := h.q.opts.logger
-	h.calls++
 	// Tombstones whose dedup window ended go at most once a second, and at
-	// least once per step of an idle handler.
+	// least once per step of an idle holder.
 	trim := time.Since(h.buried) >= time.Second
-	res, err := h.q.moveDue(ctx, h.b, h.lease.token, h.calls, trim)
-	if err == nil && trim && !res.contended {
-		h.buried = time.Now()
-	}
+	res, err := h.q.moveDue(ctx, h.b, h.lease.token, trim)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
 		}
-		h.lease.held = false
+		h.lease.role = roleNone
 		h.failures++
 		if h.failures == 1 {
 			log.Warn("delayqueue: bucket handler cannot move due jobs; retrying", attrBucket, h.b, attrError, err)
@@ -137,27 +106,41 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	// Back after failures (Redis may have restarted empty), or the lease
 	// this handler held was gone (Redis may have lost its data): the
 	// queue's record may be gone too.
-	if h.failures > 0 || (h.lease.held && res.fresh) {
+	if h.failures > 0 || (h.lease.role == roleHolder && res.fresh) {
 		h.q.restoreRecord(ctx)
 	}
 	if h.failures > 0 {
 		log.Info("delayqueue: bucket handler moves due jobs again", attrBucket, h.b, "failures", h.failures)
 		h.failures = 0
 	}
-	if res.contended {
-		return h.lease.contended(res.held, h.q.opts.lease)
+	was := h.lease.role
+	switch res.role {
+	case roleNone:
+		return h.lease.contended(res.wait, h.q.opts.lease)
+	case roleStandby:
+		h.lease.role = roleStandby
+		h.listen()
+		wait := renewWithin(h.q.opts.lease)
+		if res.next >= 0 {
+			wait = min(wait, res.next+takeoverGrace)
+		}
+		return wait
 	}
-	h.lease.held = true
+	h.lease.role = roleHolder
+	h.listen()
+	if was == roleStandby && res.fresh {
+		// The holder stopped moving, or let go: this handler took the
+		// bucket over, and the standby lease is free for another.
+		log.Info("delayqueue: bucket handler took the bucket over", attrBucket, h.b)
+		h.q.announce(ctx, controlStandby+strconv.Itoa(h.b))
+	}
+	if trim {
+		h.buried = time.Now()
+	}
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
 	}
-	// Wake this process's consumers now, not a pub/sub round trip later;
-	// the notifier skips the message that says the same, and this skips
-	// what the message said first.
 	for _, r := range res.ready {
-		if h.claimWake(res.mark, r.topic) {
-			h.q.notifyReady(h.b, r)
-		}
 		h.q.observe(ctx, Event{Kind: EventMoved, Topic: r.topic, Count: r.count})
 	}
 	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
@@ -178,9 +161,20 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	return wait
 }
 
-// sleep waits for wait, or less when woken for an earlier due job (or, when
-// the handler has no lease, for a freed lease). It returns false when ctx
-// ends.
+// listen has the notifier carry the bucket's wake channel to this handler,
+// once it holds or stands by for the lease: the other processes' handlers
+// hear none of it.
+func (h *bucketHandler) listen() {
+	if !h.listening {
+		h.listening = true
+		h.q.listenForBucket(h.b)
+	}
+}
+
+// sleep waits for wait, or less when woken for an earlier due job (the
+// standby: that plus the grace), for a freed lease (the standby, and those
+// without a role), or for a vacant standby lease (those without a role). It
+// returns false when ctx ends.
 func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
 	if ctx.Err() != nil {
 		return false
@@ -195,14 +189,17 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 			return true
 		case <-h.sig:
 			h.mu.Lock()
-			at, free := h.wakeAt, h.free
-			h.wakeAt, h.free = time.Time{}, false
+			at, free, vacant := h.wakeAt, h.free, h.vacant
+			h.wakeAt, h.free, h.vacant = time.Time{}, false, false
 			h.mu.Unlock()
-			if !h.lease.held {
-				if free {
-					return true
-				}
+			role := h.lease.role
+			switch {
+			case free && role != roleHolder, vacant && role == roleNone:
+				return true
+			case role == roleNone:
 				continue
+			case role == roleStandby && !at.IsZero():
+				at = at.Add(takeoverGrace)
 			}
 			if !at.IsZero() && at.Before(deadline) {
 				deadline = at
@@ -216,7 +213,7 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 	}
 }
 
-// release gives up the lease at Close, if this bucket handler holds it.
+// release gives up the leases at Close, if this bucket handler holds one.
 func (h *bucketHandler) release(ctx context.Context) error {
 	return h.lease.release(ctx, h.q, h.b)
 }

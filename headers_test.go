@@ -139,7 +139,7 @@ func TestHeadersTravelWithTheJobThroughEveryScript(t *testing.T) {
 			t.Helper()
 			b := bucketOf(id, q.opts.buckets)
 			require.Eventually(t, func() bool {
-				r, err := q.moveDue(ctx, b, "token", 1, false)
+				r, err := q.moveDue(ctx, b, "token", false)
 				require.NoError(t, err)
 				return r.moved > 0
 			}, 10*time.Second, time.Millisecond)

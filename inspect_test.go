@@ -150,7 +150,7 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 			func() error { _, err := q.PurgeDead(ctx, topic()); return err },
 			func() error {
 				for b := range q.opts.buckets {
-					if _, err := q.moveDue(ctx, b, "token", 0, false); err != nil {
+					if _, err := q.moveDue(ctx, b, "token", false); err != nil {
 						return err
 					}
 				}
@@ -207,7 +207,7 @@ func TestZeroCountsGo(t *testing.T) {
 		assert.Equal(t, map[string]Counts{"b": {Delayed: 1}}, ov.Topics, "zeros are not reported")
 		counts := q.keys.bucket(0).counts
 		require.NotZero(t, be.client.HLen(ctx, counts).Val())
-		_, err = q.moveDue(ctx, 0, "token", 0, true)
+		_, err = q.moveDue(ctx, 0, "token", true)
 		require.NoError(t, err)
 		assert.Equal(t, map[string]string{"1:b": "1"}, be.client.HGetAll(ctx, counts).Val())
 	})

@@ -28,14 +28,19 @@ import (
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
 //	dq:{name:b}:counts         HASH  "<state>:<topic>" -> how many of the bucket's jobs of topic are delayed (1), ready (2) or reserved (3)
+//	dq:{name:b}:sig:<topic>    LIST  one ready signal per ready job not yet claimed, which waiting consumers pop (BLPOP)
+//	dq:{name:b}:standby        STRING  the token of the bucket handler that stands by to take the bucket over
+//	dq:{name:b}:paused         SET   paused topics (every bucket holds the same)
+//	dq:{name:b}:poke:<token>   LIST  a process's own key, pushed to wake its blocked pop (a moment only)
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
-// Each bucket also has pub/sub channels under its tag. On Redis Cluster the
-// scripts publish to them with SPUBLISH, so a wake-up stays on the shard that
-// owns the bucket instead of crossing the cluster bus to every node:
+// Each bucket also has a pub/sub channel under its tag, for the processes
+// that hold or stand by for its lease, and the queue one for all. On Redis
+// Cluster they are published with SPUBLISH, so a message stays on the shard
+// that owns its slot instead of crossing the cluster bus to every node:
 //
-//	dq:{name:b}:ev:wake           "<microseconds until due>" or "free"
-//	dq:{name:b}:ev:ready:<topic>  "<count>" when jobs became ready
+//	dq:{name:b}:ev:wake   "<microseconds until due>" or "free"
+//	dq:{name}:ev:control  what every process hears: "resume:<topic>", "standby:<bucket>"
 type keyspace struct {
 	name    string
 	buckets []bucketKeys
@@ -44,7 +49,8 @@ type keyspace struct {
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
-	wake, readyChannels                                                                         string // channel, and prefix of the topics' channels
+	sigPrefix, standby, paused, pokePrefix                                                      string
+	wake                                                                                        string // channel
 }
 
 func newKeyspace(name string, buckets int) keyspace {
@@ -52,18 +58,21 @@ func newKeyspace(name string, buckets int) keyspace {
 	for b := range ks.buckets {
 		prefix := "dq:{" + bucketTag(name, b, buckets) + "}:"
 		ks.buckets[b] = bucketKeys{
-			pool:          prefix + "pool",
-			zset:          prefix + "bucket",
-			readyPrefix:   prefix + "ready:",
-			deadPrefix:    prefix + "dead:",
-			lock:          prefix + "lock",
-			deadTopics:    prefix + "deadtopics",
-			reservations:  prefix + "leases",
-			records:       prefix + "rsv:",
-			dedup:         prefix + "dedup",
-			counts:        prefix + "counts",
-			wake:          prefix + "ev:wake",
-			readyChannels: prefix + "ev:ready:",
+			pool:         prefix + "pool",
+			zset:         prefix + "bucket",
+			readyPrefix:  prefix + "ready:",
+			deadPrefix:   prefix + "dead:",
+			lock:         prefix + "lock",
+			deadTopics:   prefix + "deadtopics",
+			reservations: prefix + "leases",
+			records:      prefix + "rsv:",
+			dedup:        prefix + "dedup",
+			counts:       prefix + "counts",
+			sigPrefix:    prefix + "sig:",
+			standby:      prefix + "standby",
+			paused:       prefix + "paused",
+			pokePrefix:   prefix + "poke:",
+			wake:         prefix + "ev:wake",
 		}
 	}
 	return ks
@@ -105,11 +114,15 @@ func (ks keyspace) meta() string { return metaKey(ks.name) }
 // metaKey is the meta hash of the queue named name.
 func metaKey(name string) string { return "dq:{" + name + "}:meta" }
 
-// paused is the set of paused topics, beside the metadata.
-func (ks keyspace) paused() string { return "dq:{" + ks.name + "}:paused" }
+// control is the channel every process of the queue listens to.
+func (ks keyspace) control() string { return "dq:{" + ks.name + "}:ev:control" }
 
-// readyChannel is the channel that announces ready jobs of topic in this bucket.
-func (bk bucketKeys) readyChannel(topic string) string { return bk.readyChannels + topic }
+// signals is the list of ready signals of topic in this bucket.
+func (bk bucketKeys) signals(topic string) string { return bk.sigPrefix + topic }
+
+// poke is the key that wakes the blocked pop of the process whose token is
+// token.
+func (bk bucketKeys) poke(token string) string { return bk.pokePrefix + token }
 
 // bucketOf maps a job ID to its bucket. It depends on the ID alone, so every
 // process finds a job without a lookup; it must never change.

@@ -320,7 +320,7 @@ func TestListReadyHoldsWhenTheCursorsJobComesBack(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, q.Finish(ctx, job.ID))
 		}
-		_, err = q.moveDue(ctx, 0, "token", 0, true)
+		_, err = q.moveDue(ctx, 0, "token", true)
 		require.NoError(t, err)
 		fresh := []string{pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"})}
 		p, err = q.List(ctx, "t", StateReady, ListOptions{Cursor: early})

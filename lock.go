@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,51 +14,80 @@ import (
 )
 
 // Each bucket has a lease: a string key (dq:{name:b}:lock) holding the
-// token of the bucket handler that may move its jobs, with an expiry
-// (WithLease). The whole of it:
+// token of the bucket handler that moves its jobs, with an expiry
+// (WithLease), and a standby lease (dq:{name:b}:standby) held by one other
+// bucket handler, ready to take the bucket over. The whole of it:
 //   - move.lua takes a free lease or extends the caller's own as part of
-//     every move (moveDue, in bucket.go, passes the token and reads back
-//     whether another process holds it, and for how long), so a bucket
-//     bucket handler renews its lease simply by working, and by looking at its
-//     bucket at least every renewWithin when idle;
-//   - a bucket handler that finds it held tries again when it would run out
-//     (contended), or when its holder releases it;
-//   - unlock.lua gives it up at Close and publishes "free" on the bucket's
-//     wake channel, which wakes the other processes' bucket handlers.
+//     every move (moveDue, in bucket.go), so a holder renews its lease
+//     simply by working, and by looking at its bucket at least every
+//     renewWithin when idle;
+//   - a caller that finds the lease held takes or keeps the standby lease
+//     in the same call, when it is free or its own. The standby looks at
+//     the bucket when its next job is due, plus takeoverGrace; when a job
+//     is overdue by that much and the holder has moved nothing for as long
+//     (it died, or froze), the standby takes the bucket over: a crash costs
+//     the due jobs about takeoverGrace, not the rest of the lease. While
+//     all are healthy, the standby only looks, a read, when jobs fall due;
+//   - the others try again when the standby lease would run out, or when
+//     told that it is free (contended, and "standby:<b>" on the control
+//     channel);
+//   - unlock.lua gives both up at Close, and publishes "free" on the
+//     bucket's wake channel, which wakes the standby: it takes the bucket
+//     over at once.
 // Both scripts check the token, so a bucket handler whose lease ran out and
 // passed to another process can neither renew nor release it.
 //
 // The lease keeps one mover per bucket to save work; correctness does not
 // depend on it, because each move is atomic.
 
-// bucketLease is a bucket handler's side of its bucket's lease.
+// takeoverGrace is how long a job may be overdue, with the holder silent
+// as long, before the standby takes its bucket over.
+const takeoverGrace = 300 * time.Millisecond
+
+// leaseRole is what a bucket handler is to its bucket.
+type leaseRole int
+
+const (
+	roleNone    leaseRole = iota // another holds the lease, and another stands by
+	roleHolder                   // it holds the lease, and moves the bucket's jobs
+	roleStandby                  // it stands by, to take the bucket over
+)
+
+// bucketLease is a bucket handler's side of its bucket's leases.
 type bucketLease struct {
-	token string // this bucket handler's, for as long as it lives
-	held  bool   // the last move held the lease
+	token string    // this bucket handler's, for as long as it lives
+	role  leaseRole // as the last move said
 }
 
-// contended records that another process holds the lease for held more,
-// and returns when to try again: when that lease would run out, unless
-// renewed, with jitter so that contenders do not try in step. A released
-// lease wakes the bucket handler earlier ("free" on the wake channel).
-func (l *bucketLease) contended(held, lease time.Duration) time.Duration {
-	l.held = false
-	return held + rand.N(lease/10+time.Millisecond)
+// contended records that other processes hold both leases, the standby's
+// for wait more, and returns when to try again: when that lease would run
+// out, unless renewed, with jitter so that contenders do not try in step.
+// A vacancy wakes the bucket handler earlier.
+func (l *bucketLease) contended(wait, lease time.Duration) time.Duration {
+	l.role = roleNone
+	return wait + rand.N(lease/10+time.Millisecond)
 }
 
 // renewWithin is how long a holder may sleep and keep its lease: a third of
 // it, so that a late wake-up or a slow round trip does not lose it.
 func renewWithin(lease time.Duration) time.Duration { return lease / 3 }
 
-// release gives the lease of bucket b up, if held, and tells the other
-// processes' bucket handlers that it is free.
+// release gives the leases of bucket b up, if held: the standby hears that
+// the lease is free and takes the bucket over, and the others that the
+// standby lease is.
 func (l *bucketLease) release(ctx context.Context, q *DelayQueue, b int) error {
-	if !l.held {
+	role := l.role
+	if role == roleNone {
 		return nil
 	}
-	l.held = false
-	_, err := q.unlock(ctx, b, l.token)
-	return err
+	l.role = roleNone
+	if _, err := q.unlock(ctx, b, l.token); err != nil {
+		return err
+	}
+	if role == roleStandby {
+		q.announce(ctx, controlStandby+strconv.Itoa(b))
+	}
+	return nil
 }
 
 // newToken returns a random lease token.
@@ -67,11 +97,11 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// unlock releases bucket b's lease if token still holds it, and tells the
-// other processes' bucket handlers that it is free. It reports whether it did.
+// unlock releases bucket b's leases that token still holds, telling the
+// standby when the lease is free. It reports whether it released the lease.
 func (q *DelayQueue) unlock(ctx context.Context, b int, token string) (bool, error) {
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptUnlock, []string{bk.lock}, token, bk.wake, q.pub).Int64()
+	r, err := q.run(ctx, b, scriptUnlock, []string{bk.lock, bk.standby}, token, bk.wake, q.pub).Int64()
 	if err != nil {
 		return false, fmt.Errorf("delayqueue: release lease of bucket %d: %w", b, err)
 	}

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,32 +14,72 @@ import (
 func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	ctx := context.Background()
 	q, _, c, advance := clockQueue(t)
+	bk := q.keys.bucket(0)
 	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
 	advance(time.Second)
-	require.NoError(t, c.Set(ctx, q.keys.bucket(0).lock, "other", 20*time.Second).Err())
+	require.NoError(t, c.Set(ctx, bk.lock, "other 20000", 20*time.Second).Err())
 
-	res, err := q.moveDue(ctx, 0, "mine", 0, false)
+	res, err := q.moveDue(ctx, 0, "mine", false)
 	require.NoError(t, err)
-	assert.True(t, res.contended)
-	assert.Equal(t, 20*time.Second, res.held)
+	assert.Equal(t, roleStandby, res.role, "a free standby lease is taken")
+	assert.Equal(t, 20*time.Second, res.wait, "how long the holder's lease has to run")
+	assert.Equal(t, time.Duration(0), res.next, "the job is due")
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, StateDelayed, job.State, "a handler without the lease moves nothing")
+	standby, err := c.Get(ctx, bk.standby).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "mine", standby)
+
+	res, err = q.moveDue(ctx, 0, "third", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleNone, res.role, "both leases are held")
+	assert.Greater(t, res.wait, time.Duration(0), "until the standby's would run out")
 
 	ok, err := q.unlock(ctx, 0, "mine")
 	require.NoError(t, err)
 	assert.False(t, ok, "a handler cannot release a lease it does not hold")
+	assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "but gives up its standby lease")
 
-	require.NoError(t, c.Del(ctx, q.keys.bucket(0).lock).Err())
-	res, err = q.moveDue(ctx, 0, "mine", 0, false)
+	require.NoError(t, c.Del(ctx, bk.lock).Err())
+	res, err = q.moveDue(ctx, 0, "mine", false)
 	require.NoError(t, err)
+	assert.Equal(t, roleHolder, res.role)
 	assert.Equal(t, 1, res.moved, "a free lease is taken")
-	holder, err := c.Get(ctx, q.keys.bucket(0).lock).Result()
+	holder, err := c.Get(ctx, bk.lock).Result()
 	require.NoError(t, err)
-	assert.Equal(t, "mine", holder)
+	assert.Equal(t, "mine "+strconv.FormatInt(q.opts.lease.Milliseconds(), 10), holder)
 	ok, err = q.unlock(ctx, 0, "mine")
 	require.NoError(t, err)
 	assert.True(t, ok)
+}
+
+// The standby takes a bucket over once a job is overdue by the grace and
+// the holder has moved nothing for as long; not before.
+func TestTheStandbyTakesOverFromASilentHolder(t *testing.T) {
+	ctx := context.Background()
+	q, m, c, advance := clockQueue(t)
+	bk := q.keys.bucket(0)
+	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	advance(time.Second)
+	// The holder renewed its 30 s lease a moment ago.
+	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+	advance(takeoverGrace + time.Millisecond)
+	res, err := q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleStandby, res.role, "overdue, but the holder moved within the grace: left alone")
+
+	// The holder last renewed its lease a whole grace ago.
+	m.FastForward(takeoverGrace + time.Millisecond)
+	res, err = q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleHolder, res.role, "taken over")
+	assert.True(t, res.fresh)
+	assert.Equal(t, 1, res.moved)
+	assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "the standby lease is free for another")
+	job, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateReady, job.State)
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {
@@ -61,14 +102,14 @@ func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {
 		}
 		require.Eventually(t, func() bool {
 			hs := holders()
-			return hs[0] == first.handlers[0].lease.token && hs[1] == first.handlers[1].lease.token
+			return strings.HasPrefix(hs[0], first.handlers[0].lease.token+" ") && strings.HasPrefix(hs[1], first.handlers[1].lease.token+" ")
 		}, 10*time.Second, 5*time.Millisecond)
 		startQueue(t, second)
 		closeQueue(t, first)
 
 		require.Eventually(t, func() bool {
 			hs := holders()
-			return hs[0] == second.handlers[0].lease.token && hs[1] == second.handlers[1].lease.token
+			return strings.HasPrefix(hs[0], second.handlers[0].lease.token+" ") && strings.HasPrefix(hs[1], second.handlers[1].lease.token+" ")
 		}, 30*time.Second, 5*time.Millisecond, "the second queue takes the released buckets")
 		for range 4 {
 			pushed(t, second, &Job{Topic: "t", Delay: 50 * time.Millisecond})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,16 +12,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier carries the queue's wake-ups over pub/sub: each bucket's wake
-// channel ("<µs until due>" or "free") to the bucket handler, and each
-// bucket's ready channel of a topic ("<count>" or "<count>:<move mark>") to
-// the Pops of that topic. On Redis Cluster the channels are sharded
-// (SSUBSCRIBE), one connection per bucket to the master that owns it;
-// elsewhere one connection carries all.
+// notifier carries the queue's messages over pub/sub: each bucket's wake
+// channel ("<µs until due>" or "free") to the bucket handler that holds or
+// stands by for its lease, and the queue's control channel to every
+// started or consuming process ("resume:<topic>", "pause:<topic>",
+// "standby:<bucket>"). Ready jobs do not travel here: their signals are
+// lists that consumers block on (signals.go). On Redis Cluster the channels
+// are sharded (SSUBSCRIBE), one connection per bucket (and one for the
+// control channel) to the master that owns it; elsewhere one connection
+// carries all.
 //
-// Nobody waits for a subscription: a bucket handler moves and a Pop looks at
-// Redis at once, and every confirmation of a subscription, the first one and
-// those that follow a reconnect (pub/sub loses what is published while it is not
+// Nobody waits for a subscription: a bucket handler looks at Redis at once,
+// and every confirmation of a subscription, the first one and those that
+// follow a reconnect (pub/sub loses what is published while it is not
 // subscribed), makes everyone behind the channel look at Redis again. When a
 // bucket's slot moves to another master, that master's Redis drops the sharded
 // subscriptions; the notifier then subscribes anew on the bucket's new master.
@@ -37,33 +39,34 @@ type notifier struct {
 	moves  sync.WaitGroup // re-subscriptions under way (see replace)
 	sends  sync.WaitGroup // subscriptions being sent
 
-	mu       sync.Mutex
-	subs     map[int]*subscription // by bucket when sharded, else only 0
-	routes   map[string]route      // channel -> what it carries
-	topics   map[string]*topicWatch
-	watched  map[string]bool // topics whose subscription was sent
-	handlers []bucketWaker   // by bucket; nil where this process does not move
-	dropped  []*subscription // replaced (refused, or their slot moved); their readers may still run
-	closed   bool
+	mu         sync.Mutex
+	subs       map[int]*subscription // by bucket when sharded (controlKey for the control channel), else only 0
+	routes     map[string]route      // channel -> what it carries
+	handlers   map[int]bucketWaker   // by bucket: the handlers listening
+	dropped    []*subscription       // replaced (refused, or their slot moved); their readers may still run
+	controlled bool                  // the control channel's subscription was sent
+	closed     bool
 }
 
+// controlKey is the control channel's subscription in notifier.subs on a
+// Cluster.
+const controlKey = -1
+
 // notifierEnv is all the notifier takes from the queue: the client, the
-// channel names and the settings it reads.
+// channel names and the settings it reads, and where control messages go.
 type notifierEnv struct {
-	client       redis.UniversalClient
-	sharded      bool // SSUBSCRIBE, one connection per bucket (Redis Cluster)
-	buckets      int
-	poll         time.Duration // the safety poll: pub/sub health checks no rarer
-	readTimeout  time.Duration // the client's wait for a reply; 0 or less: none
-	logger       *slog.Logger
-	wakeChannel  func(b int) string
-	readyChannel func(b int, topic string) string
+	client      redis.UniversalClient
+	sharded     bool          // SSUBSCRIBE, one connection per bucket (Redis Cluster)
+	poll        time.Duration // the safety poll: pub/sub health checks no rarer
+	readTimeout time.Duration // the client's wait for a reply; 0 or less: none
+	logger      *slog.Logger
+	wakeChannel func(b int) string
+	control     string
 	// slotMoved has the client learn a slot's new owner.
 	slotMoved func(ctx context.Context)
-	// resynced says a ready channel was resynced (its subscription
-	// confirmed, or its topic resumed): what it carried may have been
-	// lost, a resume included, so the paused topics are read again.
-	resynced func()
+	// controlled handles a message of the control channel; "" when it was
+	// resynced (its subscription confirmed): what it carried may be lost.
+	controlled func(msg string)
 }
 
 // A bucketWaker is what the notifier wakes on a bucket's wake channel:
@@ -73,162 +76,170 @@ type bucketWaker interface {
 	wake(delay time.Duration)
 	// leaseFreed says the bucket's lease was released.
 	leaseFreed()
-	// wokeFromReply reports whether a ready notification of topic, marked by the
-	// move that sent it, comes from this bucket handler's own move, whose reply
-	// woke this process's consumers already.
-	wokeFromReply(mark, topic string) bool
 }
 
-// route is what a channel carries: the wake-ups of a bucket handler, or
-// the ready jobs of a topic in a bucket.
+// route is what a channel carries: the wake-ups of a bucket's handler, or
+// control messages.
 type route struct {
-	bucket int
-	topic  string // empty for the wake channel
+	bucket  int
+	control bool
+}
+
+// key is the route's subscription in notifier.subs.
+func (r route) key(sharded bool) int {
+	switch {
+	case !sharded:
+		return 0
+	case r.control:
+		return controlKey
+	}
+	return r.bucket
 }
 
 // newNotifier makes the notifier; ctx carries values only, its end is
 // ignored: the notifier lives until close.
 func newNotifier(ctx context.Context, env notifierEnv) *notifier {
 	n := &notifier{
-		env:     env,
-		subs:    map[int]*subscription{},
-		routes:  map[string]route{},
-		topics:  map[string]*topicWatch{},
-		watched: map[string]bool{},
+		env:      env,
+		subs:     map[int]*subscription{},
+		routes:   map[string]route{},
+		handlers: map[int]bucketWaker{},
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	return n
 }
 
-// listenForHandlers subscribes to every bucket's wake channel, for the
-// bucket handlers hs (by bucket).
-func (n *notifier) listenForHandlers(hs []bucketWaker) error {
+// listenForBucket subscribes to bucket b's wake channel, for its handler h.
+func (n *notifier) listenForBucket(b int, h bucketWaker) error {
 	n.mu.Lock()
-	n.handlers = hs
+	n.handlers[b] = h
 	n.mu.Unlock()
-	channels := map[string]route{}
-	for b := range n.env.buckets {
-		channels[n.env.wakeChannel(b)] = route{bucket: b}
-	}
-	_, err := n.subscribe(channels)
+	_, err := n.subscribe(map[string]route{n.env.wakeChannel(b): {bucket: b}})
 	return err
 }
 
-// watch returns the topic's watch, and sends the subscription to its ready
-// channels on the first call for the topic.
-func (n *notifier) watch(topic string) (*topicWatch, error) {
-	w := n.topicWatch(topic)
+// listenForControl subscribes to the control channel, once.
+func (n *notifier) listenForControl() error {
 	n.mu.Lock()
-	sent := n.watched[topic]
-	n.watched[topic] = true
+	done := n.controlled
+	n.controlled = true
 	n.mu.Unlock()
-	if sent {
-		return w, nil
+	if done {
+		return nil
 	}
-	channels := map[string]route{}
-	for b := range n.env.buckets {
-		channels[n.env.readyChannel(b, topic)] = route{bucket: b, topic: topic}
-	}
-	if _, err := n.subscribe(channels); err != nil {
-		return nil, err
-	}
-	return w, nil
+	_, err := n.subscribe(map[string]route{n.env.control: {control: true}})
+	return err
 }
 
-// topicWatch returns the topic's watch, made on first use, subscribed or not.
-func (n *notifier) topicWatch(topic string) *topicWatch {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	w, ok := n.topics[topic]
-	if !ok {
-		w = newTopicWatch(n.env.buckets)
-		n.topics[topic] = w
-	}
-	return w
-}
-
-// dispatch delivers a wake-up; resync wakes everyone behind the channel.
+// dispatch delivers a message; resync wakes everyone behind the channel.
 func (n *notifier) dispatch(channel, payload string, resync bool) {
 	n.mu.Lock()
 	r, ok := n.routes[channel]
-	var h bucketWaker
-	if r.bucket < len(n.handlers) {
-		h = n.handlers[r.bucket]
-	}
-	w := n.topics[r.topic]
+	h := n.handlers[r.bucket]
 	n.mu.Unlock()
 	switch {
 	case !ok:
-	case r.topic == "" && h == nil:
-	case r.topic == "" && resync:
+	case r.control && resync:
+		n.env.controlled("")
+	case r.control:
+		n.env.controlled(payload)
+	case h == nil:
+	case resync:
 		h.wake(0)
 		h.leaseFreed() // a "free" may have been lost too
-	case r.topic == "" && payload == "free":
+	case payload == "free":
 		h.leaseFreed()
-	case r.topic == "":
+	default:
 		if us, err := strconv.ParseInt(payload, 10, 64); err == nil {
 			h.wake(time.Duration(us) * time.Microsecond)
 		}
-	case w == nil:
-	case resync || payload == resumeMessage:
-		if n.env.resynced != nil {
-			n.env.resynced()
-		}
-		w.notify(r.bucket, math.MaxInt32)
-	default:
-		payload, mark, _ := strings.Cut(payload, ":")
-		if h != nil && mark != "" && h.wokeFromReply(mark, r.topic) {
-			return // this process's bucket handler woke its consumers from the move's reply
-		}
-		count, err := strconv.Atoi(payload)
-		if err != nil {
-			count = 1
-		}
-		w.notify(r.bucket, count)
 	}
 }
 
-// wakeReady wakes this process's Pops of topic for count jobs that became
-// ready in bucket b, as a notification of them would.
-func (n *notifier) wakeReady(b int, topic string, count int) {
-	n.mu.Lock()
-	w := n.topics[topic]
-	n.mu.Unlock()
-	if w != nil {
-		w.notify(b, count)
+// Control messages.
+const (
+	controlResume  = "resume:"  // and a topic: it was resumed
+	controlPause   = "pause:"   // and a topic: it was paused
+	controlStandby = "standby:" // and a bucket: its standby lease is free
+)
+
+// control handles a message of the control channel ("" after a resync).
+func (q *DelayQueue) control(msg string) {
+	q.mu.Lock()
+	w, handlers := q.waits, q.handlers
+	q.mu.Unlock()
+	if msg == "" {
+		// Whatever was said while not subscribed: a paused topic looks
+		// again (its resume may be lost), a handler without a role tries
+		// for the standby lease.
+		if w != nil {
+			w.resumePaused()
+		}
+		for _, h := range handlers {
+			h.standbyVacant()
+		}
+		return
+	}
+	if topic, ok := strings.CutPrefix(msg, controlResume); ok && w != nil {
+		w.resume(topic)
+	}
+	if topic, ok := strings.CutPrefix(msg, controlPause); ok && w != nil {
+		w.pause(topic)
+	}
+	if b, ok := strings.CutPrefix(msg, controlStandby); ok {
+		if b, err := strconv.Atoi(b); err == nil && b >= 0 && b < len(handlers) {
+			handlers[b].standbyVacant()
+		}
+	}
+}
+
+// announce tells every process of the queue msg, on the control channel.
+// A message lost on the way is made up for by their looks after a
+// resubscription and by their safety polls: it is logged at debug level.
+func (q *DelayQueue) announce(ctx context.Context, msg string) {
+	var err error
+	if q.pub == "SPUBLISH" {
+		err = q.client.SPublish(ctx, q.keys.control(), msg).Err()
+	} else {
+		err = q.client.Publish(ctx, q.keys.control(), msg).Err()
+	}
+	if err != nil {
+		q.opts.logger.Debug("delayqueue: cannot announce on the control channel", "message", msg, attrError, err)
 	}
 }
 
 // notifierLocked returns the queue's pub/sub listener, making it on first
-// use. q.mu must be held.
+// use, subscribed to the control channel. q.mu must be held.
 func (q *DelayQueue) notifierLocked(ctx context.Context) *notifier {
 	if q.notes == nil {
 		q.notes = newNotifier(ctx, notifierEnv{
-			client:       q.client,
-			sharded:      q.pub == "SPUBLISH",
-			buckets:      q.opts.buckets,
-			poll:         q.opts.poll,
-			readTimeout:  q.readTimeout,
-			logger:       q.opts.logger,
-			wakeChannel:  func(b int) string { return q.keys.bucket(b).wake },
-			readyChannel: func(b int, topic string) string { return q.keys.bucket(b).readyChannel(topic) },
-			slotMoved:    func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
-			resynced:     q.pauses.invalidate,
+			client:      q.client,
+			sharded:     q.pub == "SPUBLISH",
+			poll:        q.opts.poll,
+			readTimeout: q.readTimeout,
+			logger:      q.opts.logger,
+			wakeChannel: func(b int) string { return q.keys.bucket(b).wake },
+			control:     q.keys.control(),
+			slotMoved:   func(ctx context.Context) { q.noteError(ctx, errSlotMoved) },
+			controlled:  q.control,
 		})
+		_ = q.notes.listenForControl() // fails only when closed
 	}
 	return q.notes
 }
 
+// listenForBucket has the notifier carry bucket b's wake channel to its
+// handler.
+func (q *DelayQueue) listenForBucket(b int) {
+	q.mu.Lock()
+	n, h := q.notes, q.handlers
+	q.mu.Unlock()
+	if n != nil && b < len(h) {
+		if err := n.listenForBucket(b, h[b]); err != nil && !errors.Is(err, ErrClosed) {
+			q.opts.logger.Warn("delayqueue: cannot listen for the bucket's wake-ups", attrBucket, b, attrError, err)
+		}
+	}
+}
+
 // errSlotMoved stands for Redis dropping a sharded subscription.
 var errSlotMoved = errors.New("delayqueue: sharded subscription dropped: slot moved")
-
-// notifier returns the queue's notifier, made on first use; ErrClosed after
-// Close.
-func (q *DelayQueue) notifier(ctx context.Context) (*notifier, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed.Load() {
-		return nil, ErrClosed
-	}
-	return q.notifierLocked(ctx), nil
-}

@@ -57,78 +57,11 @@ func received(t *testing.T, got <-chan *Job) *Job {
 	}
 }
 
-func TestAWakeUpIsNotDroppedWhenAMovesReplyIsLost(t *testing.T) {
-	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
-		q := newQueue(t, c, WithBuckets(1), WithSafetyPoll(time.Hour))
-		startQueue(t, q)
-		_, err := q.Pop(context.Background(), "t", 0)
-		require.ErrorIs(t, err, ErrNoJob)
-		subscribed(t, q, "t")
-		got := popAsync(q, "t", time.Hour)
-		// The move that makes the job ready runs, but its reply is lost;
-		// go-redis sends it again and that run moves nothing. Only the
-		// first run's message can wake the Pop, in this very process.
-		fired := d.LoseNextReply(scriptMove.on(q.plain).Hash())
-		id := pushed(t, q, &Job{Topic: "t", Delay: 200 * time.Millisecond})
-		assert.Equal(t, id, received(t, got).ID)
-		assert.True(t, fired(), "a move's reply was lost")
-	})
-}
-
-func TestNotifierSkipsTheWakeUpOfItsOwnMove(t *testing.T) {
-	ctx := context.Background()
-	q := newQueue(t, miniredisClient(t), WithBuckets(1), WithSafetyPoll(time.Hour))
-	startQueue(t, q)
-	n, err := q.notifier(ctx)
-	require.NoError(t, err)
-	w, err := n.watch("t")
-	require.NoError(t, err)
-	channel := q.keys.bucket(0).readyChannels + "t"
-	h := q.handlers[0]
-	woken := func(payload string) bool {
-		wt := newWaiter()
-		w.candidates(0, false, wt)
-		defer w.leave(wt)
-		n.dispatch(channel, payload, false)
-		select {
-		case <-wt.wake:
-			return true
-		default:
-			return false
-		}
-	}
-
-	// The handler of this process moved the jobs and woke its consumers
-	// from the script's reply: its own message must not wake more.
-	mark := h.lease.token + ":7:1700000000000000"
-	require.True(t, h.claimWake(mark, "t"))
-	assert.False(t, woken("1:"+mark), "woken by this process's own move")
-	assert.True(t, woken("1:another-process:7:1700000000000000"), "not woken by another process's move")
-	// A run of this process whose reply never arrived (go-redis re-sent
-	// the call, and the second run found nothing to move) still wakes,
-	// and then the reply, should it come, does not wake again.
-	lost := h.lease.token + ":8:1700000000000123"
-	assert.True(t, woken("1:"+lost), "a move's message wakes when its reply did not")
-	assert.False(t, h.claimWake(lost, "t"))
-	assert.True(t, h.claimWake(lost, "u"), "per topic")
-}
-
-func TestAHandlerRemembersItsLatestWakeUps(t *testing.T) {
-	h := newBucketHandler(nil, 0)
-	for i := range maxWoke + 1 {
-		require.True(t, h.claimWake(strconv.Itoa(i), "t"))
-	}
-	assert.Len(t, h.woke, maxWoke, "no more than maxWoke are kept")
-	assert.False(t, h.claimWake(strconv.Itoa(maxWoke), "t"), "the latest is remembered")
-	assert.True(t, h.claimWake("0", "t"), "the oldest is forgotten")
-}
-
 // fakeWaker records what the notifier asks of a bucket handler.
 type fakeWaker struct {
-	mu      sync.Mutex
-	wakes   []time.Duration
-	frees   int
-	ownMove string // a move mark whose notifications this handler woke for already
+	mu    sync.Mutex
+	wakes []time.Duration
+	frees int
 }
 
 func (f *fakeWaker) wake(d time.Duration) {
@@ -143,8 +76,6 @@ func (f *fakeWaker) leaseFreed() {
 	f.frees++
 }
 
-func (f *fakeWaker) wokeFromReply(mark, _ string) bool { return mark == f.ownMove }
-
 func (f *fakeWaker) seen() ([]time.Duration, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -152,40 +83,40 @@ func (f *fakeWaker) seen() ([]time.Duration, int) {
 }
 
 // testNotifier is a notifier of two buckets on client, with fake bucket
-// handlers, routes set up for topic "t" and nothing subscribed.
-func testNotifier(t *testing.T, client redis.UniversalClient) (*notifier, []*fakeWaker) {
+// handlers, routes set up, nothing subscribed, and the control messages it
+// receives recorded.
+func testNotifier(t *testing.T, client redis.UniversalClient) (*notifier, []*fakeWaker, func() []string) {
+	var mu sync.Mutex
+	var control []string
 	n := newNotifier(context.Background(), notifierEnv{
-		client:       client,
-		buckets:      2,
-		poll:         time.Hour,
-		logger:       discard,
-		wakeChannel:  func(b int) string { return "wake." + strconv.Itoa(b) },
-		readyChannel: func(b int, topic string) string { return "ready." + strconv.Itoa(b) + "." + topic },
-		slotMoved:    func(context.Context) {},
+		client:      client,
+		poll:        time.Hour,
+		logger:      discard,
+		wakeChannel: func(b int) string { return "wake." + strconv.Itoa(b) },
+		control:     "control",
+		slotMoved:   func(context.Context) {},
+		controlled: func(msg string) {
+			mu.Lock()
+			defer mu.Unlock()
+			control = append(control, msg)
+		},
 	})
 	t.Cleanup(func() { assert.NoError(t, n.close(context.Background())) })
 	fakes := []*fakeWaker{{}, {}}
-	return n, fakes
-}
-
-// readyCounts reads a watch's counts and versions.
-func readyCounts(w *topicWatch) ([]int, []uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.ready), slices.Clone(w.version)
+	n.handlers = map[int]bucketWaker{0: fakes[0], 1: fakes[1]}
+	n.routes = map[string]route{"wake.0": {bucket: 0}, "wake.1": {bucket: 1}, "control": {control: true}}
+	return n, fakes, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(control)
+	}
 }
 
 func TestNotifierRoutesEachChannelToItsListener(t *testing.T) {
-	n, fakes := testNotifier(t, nil)
-	n.handlers = []bucketWaker{fakes[0], fakes[1]}
-	n.routes = map[string]route{"wake.0": {bucket: 0}, "wake.1": {bucket: 1}, "ready.1.t": {bucket: 1, topic: "t"}}
-	w := n.topicWatch("t")
-	w.ready[0], w.ready[1] = 0, 0
-
+	n, fakes, control := testNotifier(t, nil)
 	n.dispatch("wake.1", "1500", false)
 	n.dispatch("wake.1", "free", false)
-	n.dispatch("ready.1.t", "3", false)
-	n.dispatch("ready.1.t", "2:another-process:4:17", false)
+	n.dispatch("control", "resume:t", false)
 
 	wakes, frees := fakes[1].seen()
 	assert.Equal(t, []time.Duration{1500 * time.Microsecond}, wakes, "a wake-up says how long until due, in µs")
@@ -193,51 +124,29 @@ func TestNotifierRoutesEachChannelToItsListener(t *testing.T) {
 	wakes, frees = fakes[0].seen()
 	assert.Empty(t, wakes, "another bucket's handler is left alone")
 	assert.Zero(t, frees)
-	counts, _ := readyCounts(w)
-	assert.Equal(t, []int{0, 5}, counts, "ready counts add up per bucket, whatever the mark")
+	assert.Equal(t, []string{"resume:t"}, control())
 }
 
 func TestNotifierDropsWhatNobodyHereListensFor(t *testing.T) {
-	n, fakes := testNotifier(t, nil)
-	n.handlers = []bucketWaker{fakes[0]} // bucket 1 has no handler in this process
-	fakes[0].ownMove = "mine:1:17"
-	n.routes = map[string]route{"wake.0": {bucket: 0}, "wake.1": {bucket: 1},
-		"ready.0.t": {bucket: 0, topic: "t"}, "ready.0.u": {bucket: 0, topic: "u"}}
-	w := n.topicWatch("t")
-	w.ready[0] = 0
-	_, before := readyCounts(w)
-
-	n.dispatch("elsewhere", "5", false)           // a channel never routed
-	n.dispatch("wake.1", "5", false)              // a bucket this process does not move
-	n.dispatch("wake.0", "soon", false)           // not a number of µs
-	n.dispatch("ready.0.u", "5", false)           // a topic nobody here pops
-	n.dispatch("ready.0.t", "2:mine:1:17", false) // this process's move, whose reply woke its Pops
+	n, fakes, control := testNotifier(t, nil)
+	delete(n.handlers, 1)               // bucket 1 has no handler listening in this process
+	n.dispatch("elsewhere", "5", false) // a channel never routed
+	n.dispatch("wake.1", "5", false)    // a bucket this process does not listen for
+	n.dispatch("wake.0", "soon", false) // not a number of µs
 
 	wakes, frees := fakes[0].seen()
 	assert.Empty(t, wakes)
 	assert.Zero(t, frees)
-	counts, after := readyCounts(w)
-	assert.Equal(t, []int{0, unknown}, counts)
-	assert.Equal(t, before, after, "no notification reached the watch")
-
-	n.dispatch("ready.0.t", "x", false)
-	counts, _ = readyCounts(w)
-	assert.Equal(t, 1, counts[0], "a count it cannot read stands for one job")
+	assert.Empty(t, control())
 }
 
 func TestNotifierResyncsEveryoneBehindAConfirmedChannel(t *testing.T) {
-	n, fakes := testNotifier(t, nil)
-	n.handlers = []bucketWaker{fakes[0], fakes[1]}
-	n.routes = map[string]route{"wake.0": {bucket: 0}, "ready.0.t": {bucket: 0, topic: "t"}}
-	w := n.topicWatch("t")
-	w.ready[0], w.ready[1] = 2, 0
-
+	n, fakes, control := testNotifier(t, nil)
 	n.dispatch("wake.0", "", true)
-	n.dispatch("ready.0.t", "", true)
+	n.dispatch("control", "", true)
 
 	wakes, frees := fakes[0].seen()
 	assert.Equal(t, []time.Duration{0}, wakes, "the handler looks at once")
 	assert.Equal(t, 1, frees, "and tries for the lease: a release may have gone unheard")
-	counts, _ := readyCounts(w)
-	assert.Equal(t, []int{unknown, 0}, counts, "what the channel carried may be lost: its bucket is looked at")
+	assert.Equal(t, []string{""}, control(), "what the control channel carried may be lost: everyone looks again")
 }

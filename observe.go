@@ -70,6 +70,11 @@ const (
 	// EventHandled: a Consume handler returned; Duration is how long it
 	// ran, Err what it returned (a panic as an error).
 	EventHandled
+	// EventReserveCall: a reserve call looked at one bucket's ready list of
+	// Topic for consumers of this process; Count is how many jobs it
+	// reserved. A call that found none was work for nothing: many of them
+	// say that consumers are woken for jobs others took.
+	EventReserveCall
 )
 
 // An Event is one thing the queue did. Which fields are set depends on
@@ -79,7 +84,7 @@ type Event struct {
 	Topic   string
 	JobID   string // all but EventMoved
 	Attempt int    // EventReserved, EventHandled, EventRetried, EventDead: the delivery's attempt
-	Count   int    // EventMoved
+	Count   int    // EventMoved, EventReserveCall
 	Existed bool   // EventPushed
 	// Lateness is, for EventReserved, the start of the reservation less
 	// the job's due time, both on the Redis server's clock; -1 when the due

@@ -45,7 +45,7 @@ func TestObserverSeesEachStepAndTheLatenessOnTheServerClock(t *testing.T) {
 	q, _, _, advance := clockQueue(t, WithObserver(rec), WithBackoff(BackoffSchedule(0)))
 	id := pushed(t, q, &Job{ID: "j", Topic: "t", Delay: time.Minute})
 	advance(time.Minute + 250*time.Millisecond)
-	_, err := q.moveDue(ctx, 0, "token", 1, false) // as the bucket handler does; it reports nothing itself
+	_, err := q.moveDue(ctx, 0, "token", false) // as the bucket handler does; it reports nothing itself
 	require.NoError(t, err)
 	job, err := q.Pop(ctx, "t", 0)
 	require.NoError(t, err)

@@ -63,14 +63,8 @@ func TestPauseHoldsATopicInEveryProcessUntilResume(t *testing.T) {
 			}
 			got <- errors.Join(errs...)
 		}()
-		n, err := worker.notifier(ctx)
-		require.NoError(t, err)
-		w := n.topicWatch("t")
-		require.Eventually(t, func() bool { // the Pop looked, saw the pause, and waits
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			return len(w.waiters) == 1
-		}, 30*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return waitersOf(worker, "t") == 1 }, // the Pop looked, saw the pause, and waits
+			30*time.Second, time.Millisecond)
 		select {
 		case err := <-got:
 			t.Fatalf("a Pop of a paused topic returned: %v", err)

@@ -178,7 +178,7 @@ func TestRemoveDeadJob(t *testing.T) {
 	_, err := q.Pop(ctx, "t", 0)
 	require.NoError(t, err)
 	advance(time.Second)
-	_, err = q.moveDue(ctx, 0, "token", 0, false)
+	_, err = q.moveDue(ctx, 0, "token", false)
 	require.NoError(t, err)
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)
@@ -249,7 +249,7 @@ func TestATombstoneLastsItsWindowThenGoes(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotFound, "within the window")
 
 	advance(time.Millisecond)
-	_, err = q.moveDue(ctx, 0, "token", 0, true)
+	_, err = q.moveDue(ctx, 0, "token", true)
 	require.NoError(t, err)
 	assert.False(t, m.Exists(dedup), "the handler deletes tombstones whose window ended")
 	pushed(t, q, &Job{ID: id, Topic: "t"})

@@ -59,10 +59,7 @@ func (n *notifier) send(channels map[string]route, refusals int) ([]*subscriptio
 	var subs []*subscription
 	for ch, r := range channels {
 		n.routes[ch] = r
-		key := 0
-		if n.env.sharded {
-			key = r.bucket
-		}
+		key := r.key(n.env.sharded)
 		sub := n.subs[key]
 		if sub == nil {
 			// No round trip: go-redis connects at the first (S)SUBSCRIBE,

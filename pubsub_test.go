@@ -47,26 +47,6 @@ func TestStartAndCloseDoNotWaitForSubscriptions(t *testing.T) {
 	})
 }
 
-func TestAWaitingPopLooksAgainWhenItsSubscriptionIsConfirmed(t *testing.T) {
-	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
-		release := d.Hold("subscribe") // the subscription is on its way
-		q := newQueue(t, c, WithSafetyPoll(time.Hour))
-		got := popAsync(q, "t", time.Hour)
-		n, err := q.notifier(context.Background())
-		require.NoError(t, err)
-		w := n.topicWatch("t")
-		require.Eventually(t, func() bool { // the Pop looked, found nothing, and waits
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			return len(w.waiters) == 1 && !slices.ContainsFunc(w.ready, func(n int) bool { return n != 0 })
-		}, 30*time.Second, time.Millisecond)
-		// Published before Redis has the subscription: nobody hears it.
-		id := pushed(t, q, &Job{Topic: "t"})
-		release()
-		assert.Equal(t, id, received(t, got).ID, "the confirmation makes the Pop look again")
-	})
-}
-
 // TestNotifierSubscribesAgainAfterAReconnect runs the notifier on a real
 // pub/sub connection: the first confirmation of a channel, the break of the
 // connection, and the confirmation after go-redis subscribes again, each
@@ -75,10 +55,9 @@ func TestAWaitingPopLooksAgainWhenItsSubscriptionIsConfirmed(t *testing.T) {
 func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
 		ctx := context.Background()
-		n, fakes := testNotifier(t, c)
-		require.NoError(t, n.listenForHandlers([]bucketWaker{fakes[0], fakes[1]}))
-		w, err := n.watch("t")
-		require.NoError(t, err)
+		n, fakes, control := testNotifier(t, c)
+		require.NoError(t, n.listenForBucket(1, fakes[1]))
+		require.NoError(t, n.listenForControl())
 		resyncs := func(want int) {
 			t.Helper()
 			require.Eventually(t, func() bool {
@@ -87,10 +66,8 @@ func TestNotifierSubscribesAgainAfterAReconnect(t *testing.T) {
 			}, 30*time.Second, time.Millisecond)
 		}
 		resyncs(1) // wake.1 confirmed
-		require.Eventually(t, func() bool {
-			_, v := readyCounts(w)
-			return v[0] > 0 && v[1] > 0
-		}, 30*time.Second, time.Millisecond, "both ready channels confirmed")
+		require.Eventually(t, func() bool { return len(control()) == 1 }, 30*time.Second, time.Millisecond,
+			"the control channel confirmed")
 
 		require.NoError(t, c.Publish(ctx, "wake.1", "2000").Err())
 		require.Eventually(t, func() bool {

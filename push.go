@@ -219,8 +219,8 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs, replace bool) (PushResult, error) {
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts},
-		bk.wake, bk.readyChannels, q.pub, job.ID, a.delayMs, a.job, replace).Int64Slice()
+	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix},
+		bk.wake, q.pub, job.ID, a.delayMs, a.job, replace).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}
@@ -397,12 +397,12 @@ func (q *DelayQueue) pushBuckets(ctx context.Context, jobs []*pushArgs) map[int]
 // pushCall builds the keys and arguments of push.lua for jobs of bucket b.
 func (q *DelayQueue) pushCall(b int, jobs []*pushArgs) ([]string, []any) {
 	bk := q.keys.bucket(b)
-	args := make([]any, 0, 3+4*len(jobs))
-	args = append(args, bk.wake, bk.readyChannels, q.pub)
+	args := make([]any, 0, 2+4*len(jobs))
+	args = append(args, bk.wake, q.pub)
 	for _, j := range jobs {
 		args = append(args, j.id, j.delayMs, j.job, j.generated)
 	}
-	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts}, args
+	return []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix}, args
 }
 
 // pushResult reads push.lua's reply into the jobs' statuses.

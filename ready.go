@@ -9,13 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Each bucket keeps one ready list per topic. A consumer of a topic pops from
-// the lists of every bucket, but only from those that may hold something:
-// whatever makes jobs ready publishes the bucket and how many, and the
-// consumers of a process look at a bucket for no more jobs than they were
-// told of (see topicWatch). An idle consumer therefore sends Redis nothing
-// but a safety poll, and n new jobs wake n consumers and cost n looks at
-// most, not one per consumer.
+// Each bucket keeps one ready list per topic, and beside it the topic's
+// ready signals (signals.go). A consumer of a topic reserves from the lists
+// of every bucket, but only where this process holds a signal or signals
+// are left, and no more jobs than those: an idle consumer waits in a
+// blocked call and sends Redis nothing more, and n jobs made ready wake n
+// consumers, whichever processes they are in.
 
 // staleSkips bounds how many stale IDs one reserve call drops.
 const staleSkips = 100
@@ -24,33 +23,38 @@ const staleSkips = 100
 // unpacks two values per job, and Redis's Lua unpacks at most 8,000.
 const maxReserve = 256
 
-// reserveStatus says how a reserve call ended.
+// reserveStatus says how a reserve call ended, as reserve.lua numbers it.
 type reserveStatus int
 
 const (
-	filled    reserveStatus = iota // it got every job it asked for
-	listEmpty                      // it emptied the list
-	onlyStale                      // it dropped staleSkips stale IDs; the list may hold more
+	reserveRanOut reserveStatus = iota // the list, or the signals, ran out
+	reserveFilled                      // it got every job it asked for
+	reserveStale                       // it dropped staleSkips stale IDs; the list may hold more
+	reservePaused                      // the topic is paused; the signals held were put back
 )
 
-// reserveCall is one Pop's look at one bucket's ready list.
+// reserveCall is one consumer's look at one bucket's ready list.
 type reserveCall struct {
 	b      int
 	topic  string
 	want   int
+	held   int  // signals the consumer holds
+	greedy bool // take as many as asked, whatever the signals
 	jobs   []*Job
 	status reserveStatus
+	left   int // signals the list holds after the call
 }
 
 // reserve pops and reserves up to want ready jobs of topic from bucket b,
-// with why it got fewer. Pops that look at the same list at the same time
+// with held signals of the caller's, and says how the call ended and how
+// many signals are left. Pops that look at the same list at the same time
 // share one script call.
-func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want int) ([]*Job, reserveStatus, error) {
-	c := &reserveCall{b: b, topic: topic, want: want}
+func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want, held int, greedy bool) (*reserveCall, error) {
+	c := &reserveCall{b: b, topic: topic, want: want, held: held, greedy: greedy}
 	if err := q.reserves.For(b).Do(ctx, c); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return c.jobs, c.status, nil
+	return c, nil
 }
 
 // reserveLanes coalesce concurrent reserves, one batch in flight: more of a
@@ -63,20 +67,26 @@ func (q *DelayQueue) reserveLanes(n int) batch.Lanes[*reserveCall] {
 // script call per list, all in one pipeline.
 func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*reserveCall]) {
 	type list struct {
-		b     int
-		topic string
+		b      int
+		topic  string
+		greedy bool
 	}
 	// One call per list, or more when the requests want more than
 	// maxReserve jobs together (each wants at most maxReserve).
 	groups := batch.GroupBy(reqs,
-		func(c *reserveCall) list { return list{c.b, c.topic} },
+		func(c *reserveCall) list { return list{c.b, c.topic, c.greedy} },
 		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
 	for i, g := range groups {
+		held := 0
+		for _, r := range g.Reqs {
+			held += r.In.held
+		}
 		bk := q.keys.bucket(g.Key.b)
 		calls[i] = &scriptCall{script: scriptReserve,
-			keys:    []string{bk.ready(g.Key.topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName()), bk.counts},
-			args:    []any{bk.wake, q.pub, staleSkips, g.Key.topic, g.Size, q.recordLife.Milliseconds()},
+			keys: []string{bk.ready(g.Key.topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName()), bk.counts,
+				bk.signals(g.Key.topic), bk.paused},
+			args:    []any{bk.wake, q.pub, staleSkips, g.Key.topic, g.Size, q.recordLife.Milliseconds(), held, g.Key.greedy},
 			settles: true, bucket: g.Key.b}
 	}
 	q.sendCalls(ctx, calls)
@@ -85,7 +95,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	// run answers from its record.
 	q.resendUnanswered(ctx, calls, resendWindow)
 	for i, g := range groups {
-		jobs, status, err := reserveResult(calls[i].cmd)
+		jobs, status, left, err := reserveResult(calls[i].cmd)
 		if err != nil {
 			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.Key.topic, g.Key.b, err)
 		} else if len(jobs) > 0 {
@@ -96,64 +106,58 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		for _, job := range jobs {
 			job.queue = q.ident
 		}
+		if err == nil {
+			q.observe(ctx, Event{Kind: EventReserveCall, Topic: g.Key.topic, Count: len(jobs)})
+		}
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
-			r.In.status, r.Err = status, err
+			r.In.status, r.In.left, r.Err = status, left, err
 		}
 	}
 }
 
-// reserveResult reads reserve.lua's reply: the jobs reserved, and how the
-// call ended.
-func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, error) {
+// reserveResult reads reserve.lua's reply: the jobs reserved, how the call
+// ended, and the signals left.
+func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 	res, err := cmd.Slice()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	if len(res)%3 != 1 {
-		return nil, 0, fmt.Errorf("unexpected reply %v", res)
+	if len(res)%3 != 2 {
+		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
-	var status reserveStatus
-	switch res[0] {
-	case int64(1):
-		status = filled
-	case int64(0):
-		status = listEmpty
-	case int64(2):
-		status = onlyStale
-	default:
-		return nil, 0, fmt.Errorf("unexpected status %v", res[0])
+	status, ok := res[0].(int64)
+	left, ok2 := res[1].(int64)
+	if !ok || !ok2 || status < int64(reserveRanOut) || status > int64(reservePaused) {
+		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
 	var jobs []*Job
-	for i := 1; i < len(res); i += 3 {
+	for i := 2; i < len(res); i += 3 {
 		id, _ := res[i].(string)
 		v, _ := res[i+1].(string)
 		job, err := decodeJob(id, []byte(v))
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		if due, _ := res[i+2].(int64); due > 0 {
 			job.dueAt = time.UnixMilli(due)
 		}
 		jobs = append(jobs, job)
 	}
-	return jobs, status, nil
+	return jobs, reserveStatus(status), int(left), nil
 }
 
-// Pop reserves a ready job of topic, waiting up to timeout for one to become
-// ready: the oldest of the bucket it looks at, the buckets taken in turn (so
-// jobs come out in the order they became ready within a bucket, and roughly so
-// across buckets); a timeout of zero or less looks once without waiting. The job
-// is reserved for its TTR: Finish it before then, or it is delivered again. Pop
-// returns ErrNoJob when no job became ready in time, ctx.Err() when ctx ends,
-// ErrClosed when the queue is closed, and ErrInvalidTopic for a bad topic. While
-// it waits it sends Redis nothing: it is woken by the bucket handler that makes
-// a job ready, in whichever process. Jobs pushed with a delay become ready only
-// while at least one process has called Start: a process that waits in Pop
-// on a queue whose buckets have had no handler for a safety poll or more
-// logs a warning saying so. Finish checks the reservation Pop returns (see
-// Finish). It is safe for concurrent use.
+// Pop reserves a ready job of topic, waiting up to timeout for one to
+// become ready: the oldest of the bucket it looks at (so jobs come out in
+// the order they became ready within a bucket, and roughly so across
+// buckets); a timeout of zero or less looks once without waiting. The job
+// is reserved for its TTR: Finish it before then, or it is delivered
+// again. While it waits it sends Redis nothing, and a job made ready wakes
+// one waiting consumer, in whichever process. Pop returns ErrNoJob when no
+// job became ready in time, ctx.Err() when ctx ends, ErrClosed when the
+// queue is closed, and ErrInvalidTopic for a bad topic. It is safe for
+// concurrent use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
@@ -175,57 +179,50 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	if err := validateTopic(topic); err != nil {
 		return nil, err
 	}
-	n, err := q.notifier(ctx)
+	w, err := q.waiting()
 	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(timeout)
-	// A Pop that does not wait looks at every bucket: a notification for a
-	// job pushed just before may still be on its way.
-	all := timeout <= 0
-	// The first Pop of a topic sends the subscription to its channels; no
-	// Pop waits for it. Redis's confirmation makes the waiting Pops look
-	// again, covering whatever became ready before it.
-	w, err := n.watch(topic)
-	if err != nil {
-		return nil, err
-	}
+	wt := &waiter{wake: make(chan int, 1)}
+	defer w.leave(topic, wt)
 	var timer *time.Timer
-	wt := newWaiter()
-	defer w.leave(wt)
+	signal := -1 // a bucket whose signal was taken for this consumer
 	for {
-		paused, err := q.isPaused(ctx, topic)
-		if err != nil {
-			return nil, err
+		var looks []look
+		if signal >= 0 {
+			looks = append(looks, look{b: signal, n: want, held: 1})
+			signal = -1
 		}
-		buckets := w.candidates(int(q.rotor.Add(1)%uint32(q.opts.buckets)), all, wt)
-		if paused {
-			buckets = nil // enlisted as a waiter, so that a resume wakes it
-		}
-		again := false
+		looks = append(looks, w.plan(topic, want, int(q.rotor.Add(1)%uint32(q.opts.buckets)), timeout <= 0)...)
 		var got []*Job
-		for _, b := range buckets {
-			l := w.take(b, min(want-len(got), maxReserve), all)
-			if l.n == 0 {
-				continue // another Pop of this process looks at what it has
+		again := false
+		for _, l := range looks {
+			n := min(want-len(got), maxReserve)
+			if n == 0 {
+				// Enough already: a signal this consumer holds goes to
+				// another.
+				for range l.held {
+					w.unused(topic, l.b)
+				}
+				continue
 			}
-			jobs, status, err := q.reserve(ctx, b, topic, l.n)
-			w.settle(l, len(jobs), status, err)
-			q.observeReserved(ctx, jobs)
-			got = append(got, jobs...)
+			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, timeout <= 0)
+			if err == nil {
+				w.settle(topic, l.b, c.left, c.status)
+				q.observeReserved(ctx, c.jobs)
+				got = append(got, c.jobs...)
+				again = again || c.status == reserveStale
+			}
 			switch {
 			case err != nil && len(got) > 0:
 				// The jobs are reserved and the caller owns them; the
 				// error is logged here and met again on its next pop.
 				q.opts.logger.Warn("delayqueue: cannot pop from a bucket; returning the jobs reserved so far",
-					attrTopic, topic, attrBucket, b, attrError, err)
+					attrTopic, topic, attrBucket, l.b, attrError, err)
 				return got, nil
 			case err != nil:
 				return nil, err
-			case len(got) == want:
-				return got, nil
-			case status == onlyStale:
-				again = true
 			}
 		}
 		if len(got) > 0 {
@@ -238,28 +235,22 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		if remaining <= 0 {
 			return nil, ErrNoJob
 		}
-		wait := min(remaining, q.opts.poll)
-		if paused {
-			wait = min(wait, pauseRefresh)
-		}
+		w.enlist(topic, wt)
 		if timer == nil {
-			timer = time.NewTimer(wait)
+			timer = time.NewTimer(remaining)
 			defer timer.Stop()
 		} else {
-			timer.Reset(wait)
+			timer.Reset(remaining)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-q.done:
 			return nil, ErrClosed
-		case <-wt.wake:
+		case signal = <-wt.wake:
 		case <-timer.C:
-			// The safety poll: once per poll of the topic in this
-			// process, whoever's timer fires (Consume's and short Pops'
-			// timers never outlast a poll).
-			w.pollDue(q.opts.poll)
 			q.checkStarted(ctx)
+			return nil, ErrNoJob
 		}
 	}
 }

@@ -66,11 +66,8 @@ func TestPopIsWokenWhenAJobBecomesReady(t *testing.T) {
 			assert.NoError(t, err)
 			got <- job
 		}()
-		// Wait until the Pop is subscribed and waiting, then push.
-		n, err := q.notifier(ctx)
-		require.NoError(t, err)
-		_, err = n.watch("t")
-		require.NoError(t, err)
+		// Wait until the Pop waits in a blocked call, then push.
+		require.Eventually(t, func() bool { return blockedFor(q, "t") }, 30*time.Second, time.Millisecond)
 		id := pushed(t, q, &Job{Topic: "t", Delay: 100 * time.Millisecond})
 		job := <-got
 		require.NotNil(t, job)
@@ -142,9 +139,10 @@ func TestReserveManyTakesEachJobOnce(t *testing.T) {
 		// An ID twice in the list (the trace of a script cut off half-way)
 		// must not give one job two reservations in one call.
 		require.NoError(t, be.client.RPush(ctx, q.keys.bucket(0).ready("t"), ids[1]).Err())
-		jobs, status, err := q.reserve(ctx, 0, "t", 10)
+		c, err := q.reserve(ctx, 0, "t", 10, 0, true)
 		require.NoError(t, err)
-		assert.Equal(t, listEmpty, status)
+		jobs := c.jobs
+		assert.Equal(t, reserveRanOut, c.status)
 		require.Len(t, jobs, 3)
 		reservations := map[int64]bool{}
 		for i, job := range jobs {
@@ -249,10 +247,19 @@ func pushNow(t testing.TB, q *DelayQueue, n int) {
 
 // subscribed waits until Redis has confirmed the subscription to the ready
 // channels of topic.
+// notesOf returns q's notifier, made if need be.
+func notesOf(t *testing.T, q *DelayQueue) *notifier {
+	t.Helper()
+	_, err := q.waiting()
+	require.NoError(t, err)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.notes
+}
+
 func subscribed(t *testing.T, q *DelayQueue, topic string) {
 	t.Helper()
-	n, err := q.notifier(context.Background())
-	require.NoError(t, err)
+	n := notesOf(t, q)
 	n.mu.Lock()
 	var subs []*subscription
 	for _, sub := range n.subs {
@@ -261,7 +268,7 @@ func subscribed(t *testing.T, q *DelayQueue, topic string) {
 	n.mu.Unlock()
 	require.NoError(t, n.confirmedAll(context.Background(), subs))
 	// The confirmations have woken whoever waited; let that look happen.
-	_, err = q.Pop(context.Background(), topic, 0)
+	_, err := q.Pop(context.Background(), topic, 0)
 	require.ErrorIs(t, err, ErrNoJob)
 }
 
@@ -275,12 +282,12 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// the reply is lost.
 		call := func() *redis.Cmd {
 			return scriptReserve.on(q.plain).Run(ctx, be.client,
-				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1"), bk.counts},
-				bk.wake, q.pub, staleSkips, "t", 2, 60_000)
+				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1"), bk.counts, bk.signals("t"), bk.paused},
+				bk.wake, q.pub, staleSkips, "t", 2, 60_000, 0, true)
 		}
-		first, _, err := reserveResult(call())
+		first, _, _, err := reserveResult(call())
 		require.NoError(t, err)
-		again, _, err := reserveResult(call())
+		again, _, _, err := reserveResult(call())
 		require.NoError(t, err)
 		require.Len(t, first, 2)
 		for _, job := range first {
@@ -300,7 +307,7 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// Once the first job is finished, a late run answers with what
 		// the first run reserved and is still held under its reservations.
 		require.NoError(t, q.finish(ctx, first[0].ID, first[0].reservation, ""))
-		late, _, err := reserveResult(call())
+		late, _, _, err := reserveResult(call())
 		require.NoError(t, err)
 		assert.Equal(t, first[1:], late)
 		ttl, err := be.client.PTTL(ctx, bk.record("call-1")).Result()

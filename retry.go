@@ -135,8 +135,8 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	}
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptRetry,
-		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics, bk.counts},
-		job.ID, job.reservation, ceilMs(delay), errorText(cause), bk.wake, bk.readyChannels, q.pub, mode,
+		[]string{bk.pool, bk.zset, bk.readyPrefix, bk.deadPrefix, bk.deadTopics, bk.counts, bk.sigPrefix},
+		job.ID, job.reservation, ceilMs(delay), errorText(cause), bk.wake, q.pub, mode,
 	).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)
@@ -248,8 +248,8 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptRelease, []string{bk.pool, bk.zset, bk.readyPrefix, bk.counts},
-		job.ID, job.reservation, bk.readyChannels, q.pub).Int64()
+	r, err := q.run(ctx, b, scriptRelease, []string{bk.pool, bk.zset, bk.readyPrefix, bk.counts, bk.sigPrefix},
+		job.ID, job.reservation).Int64()
 	if err != nil {
 		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
 	}

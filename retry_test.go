@@ -51,11 +51,11 @@ func TestRetryWaitsItsBackoffThenGoesDead(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, StateDelayed, got.State)
 	advance(2*time.Minute - time.Millisecond)
-	res, err := q.moveDue(ctx, 0, "token", 0, false)
+	res, err := q.moveDue(ctx, 0, "token", false)
 	require.NoError(t, err)
 	assert.Zero(t, res.moved)
 	advance(time.Millisecond)
-	res, err = q.moveDue(ctx, 0, "token", 0, false)
+	res, err = q.moveDue(ctx, 0, "token", false)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.moved)
 
@@ -115,7 +115,7 @@ func TestTouchExtendsTheReservation(t *testing.T) {
 	require.NoError(t, q.Touch(ctx, job))
 	assert.Equal(t, first.Add(8*time.Second), job.ReservedUntil)
 	advance(5 * time.Second) // past the first deadline, not the new one
-	res, err := q.moveDue(ctx, 0, "token", 0, false)
+	res, err := q.moveDue(ctx, 0, "token", false)
 	require.NoError(t, err)
 	assert.Zero(t, res.moved, "a touched job is not delivered again")
 	assert.Equal(t, 5*time.Second, res.next)

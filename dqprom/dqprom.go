@@ -100,6 +100,7 @@ type Metrics struct {
 	opts Options
 
 	pushed, moved, delivered, finished, retried, dead *prometheus.CounterVec
+	reserveCalls                                      *prometheus.CounterVec
 	lateness, duration                                *prometheus.HistogramVec
 
 	// topics maps a topic to its series, so that an event looks its
@@ -114,6 +115,7 @@ type topicSeries struct {
 	pushed, pushedExisted                prometheus.Counter
 	moved, delivered, finished, retried  prometheus.Counter
 	dead                                 prometheus.Counter
+	callsFound, callsEmpty               prometheus.Counter
 	lateness, durationOK, durationFailed prometheus.Observer
 }
 
@@ -147,6 +149,8 @@ func New(opts Options) *Metrics {
 	m.finished = counter("delayqueue_jobs_finished_total", "Jobs finished.")
 	m.retried = counter("delayqueue_jobs_retried_total", "Jobs retried or snoozed.")
 	m.dead = counter("delayqueue_jobs_dead_total", "Jobs sent to the dead letters.")
+	m.reserveCalls = counter("delayqueue_reserve_calls_total",
+		`Reserve calls this process made; found="false" when one reserved nothing (work for nothing).`, "found")
 	m.lateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        "delayqueue_delivery_lateness_seconds",
 		Help:        "How long after its due time a job was reserved, on the Redis server's clock.",
@@ -192,6 +196,12 @@ func (m *Metrics) Observe(_ context.Context, e delayqueue.Event) {
 		s.retried.Inc()
 	case delayqueue.EventDead:
 		s.dead.Inc()
+	case delayqueue.EventReserveCall:
+		if e.Count > 0 {
+			s.callsFound.Inc()
+		} else {
+			s.callsEmpty.Inc()
+		}
 	case delayqueue.EventHandled:
 		if e.Err == nil {
 			s.durationOK.Observe(e.Duration.Seconds())
@@ -220,6 +230,8 @@ func (m *Metrics) series(topic string) *topicSeries {
 		finished:       m.finished.WithLabelValues(topic),
 		retried:        m.retried.WithLabelValues(topic),
 		dead:           m.dead.WithLabelValues(topic),
+		callsFound:     m.reserveCalls.WithLabelValues(topic, "true"),
+		callsEmpty:     m.reserveCalls.WithLabelValues(topic, "false"),
 		lateness:       m.lateness.WithLabelValues(topic),
 		durationOK:     m.duration.WithLabelValues(topic, "ok"),
 		durationFailed: m.duration.WithLabelValues(topic, "error"),
@@ -233,7 +245,7 @@ func (m *Metrics) series(topic string) *topicSeries {
 
 // collectors are the vectors, for Describe and Collect.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.lateness, m.duration}
+	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.lateness, m.duration}
 }
 
 // Describe sends the descriptors of the counters and histograms.

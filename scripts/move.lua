@@ -1,23 +1,22 @@
 #!lua flags=allow-oom
 -- move.lua: move due job IDs of one bucket to their topics' ready lists.
 -- Holds the bucket's lease while it works: the caller's token takes a free
--- lease or extends its own; a lease held by another token moves nothing.
+-- lease or extends its own. A lease held by another token moves nothing,
+-- but for the standby (lock.go): the caller keeps or takes the standby
+-- lease, and takes the bucket over when a job is overdue by the grace and
+-- the holder has not moved for as long (a dead or frozen holder).
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
--- KEYS[7] dedup zset  KEYS[8] counts hash
--- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size
--- ARGV[4] ready channel prefix  ARGV[5] publish command  ARGV[6] the caller's
--- number for this call  ARGV[7] 1 to delete (up to 1,000) tombstones whose
--- dedup window ended, and the counts that are 0 or start over (job.lua), else 0
--- returns {moved, next_due_in_us or -1, mark, fresh, topic, count, topic,
--- count, ...} with how many jobs became ready per topic, fresh being 1 when
--- the call took a free lease (0 when it extended its own), or
--- {-1, lease_ttl_ms} when another token holds the lease.
--- The ready wake-ups carry a mark of this run ("count:mark", the mark being
--- "token:number:server time in us"), so that the process that moved the
--- jobs, which wakes its own consumers from the reply, can skip its own
--- message; a run whose reply was lost (go-redis re-sends the call, which
--- then moves nothing) has a mark of its own, and its message still wakes.
+-- KEYS[7] dedup zset  KEYS[8] counts hash  KEYS[9] ready-signal key prefix
+-- KEYS[10] standby lease
+-- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 to
+-- delete (up to 1,000) tombstones whose dedup window ended, and the counts
+-- that are 0, else 0  ARGV[5] grace ms
+-- returns {moved, next_due_in_us or -1, fresh, topic, count, topic, count,
+-- ...} with how many jobs became ready per topic, fresh being 1 when the
+-- call took a free lease or the bucket over (0 when it extended its own);
+-- {-2, next_due_in_us or -1, lease ttl ms} when the caller is the standby;
+-- {-1, standby ttl ms} when other tokens hold both leases.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call. An ID whose job is no
@@ -25,23 +24,49 @@
 -- leaves the bucket.
 
 local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, lease, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ready_channel, pub, call, trim = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-
-local holder = redis.call('GET', lock)
-local fresh = 0
-if holder == false then
-  redis.call('SET', lock, token, 'PX', lease)
-  fresh = 1
-elseif holder == token then
-  redis.call('PEXPIRE', lock, lease)
-else
-  return {-1, redis.call('PTTL', lock)}
-end
+local sig_prefix, standby = KEYS[9], KEYS[10]
+local token, lease, batch, trim, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
-local mark = token .. ':' .. call .. ':' .. string.format('%d', now)
+
+-- until_due is the reply's time until the bucket's next job is due.
+local function until_due()
+  local next_due = earliest(bucket)
+  if next_due == nil then
+    return -1
+  end
+  return math.max(0, next_due * 1000 - now)
+end
+
+-- The lock holds "<token> <lease ms>": a standby tells from its time to
+-- live how long ago its holder last moved, whatever lease the holder has.
+local holder = redis.call('GET', lock)
+local held_by = holder and string.match(holder, '^%S+')
+local fresh = 0
+if holder == false then
+  redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
+  fresh = 1
+elseif held_by == token then
+  redis.call('PEXPIRE', lock, lease)
+else
+  local waiting = redis.call('GET', standby)
+  if waiting and waiting ~= token then
+    return {-1, redis.call('PTTL', standby)}
+  end
+  redis.call('SET', standby, token, 'PX', lease)
+  local ttl = redis.call('PTTL', lock)
+  local first = earliest(bucket)
+  local silent = tonumber(string.match(holder, '%d+$') or lease) - ttl
+  if first == nil or first > now_ms - grace or silent < grace then
+    return {-2, until_due(), ttl}
+  end
+  -- Overdue, and nothing moved: take the bucket over.
+  redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
+  redis.call('DEL', standby)
+  fresh = 1
+end
+
 if trim == '1' then
   trim_buried(KEYS[7], now_ms)
   drop_zeros(KEYS[8])
@@ -106,17 +131,12 @@ if #ids > 0 then
   tally_each(KEYS[8], DELAYED, left[DELAYED], -1)
   tally_each(KEYS[8], RESERVED, left[RESERVED], -1)
 end
--- Wake as many consumers of each topic as jobs became ready.
-local out = {#ids, -1, mark, fresh}
+-- One signal per job that became ready: each wakes one consumer.
+local out = {#ids, until_due(), fresh}
 for _, topic in ipairs(topics) do
   tally(KEYS[8], READY, topic, #lists[topic])
-  redis.call(pub, ready_channel .. topic, #lists[topic] .. ':' .. mark)
+  signal(sig_prefix, topic, #lists[topic])
   out[#out + 1] = topic
   out[#out + 1] = #lists[topic]
-end
-
-local next_due = earliest(bucket)
-if next_due ~= nil then
-  out[2] = math.max(0, next_due * 1000 - now)
 end
 return out

@@ -2,8 +2,9 @@
 -- push.lua: add jobs to one bucket; a job whose ID exists already is left alone.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
 -- KEYS[4] dedup zset (tombstones of finished and removed jobs)  KEYS[5] counts hash
--- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
--- ARGV[4..] four values per job:
+-- KEYS[6] ready-signal key prefix of the bucket
+-- ARGV[1] wake channel  ARGV[2] publish command
+-- ARGV[3..] four values per job:
 --   id, delay_ms ("" when the job's at_ms holds its due time), the job
 --   encoded as a delayed job (job.lua), with no attempts, reservation or error,
 --   and at_ms 0 when a delay is given, and 1 when the queue generated the
@@ -17,7 +18,7 @@
 -- before) counts as created.
 
 local pool, bucket, ready_prefix, dedup, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
+local sig_prefix, wake, pub = KEYS[6], ARGV[1], ARGV[2]
 
 local now = now_us()
 local now_ms = floor(now / 1000)
@@ -49,20 +50,20 @@ end
 -- topic's ready list first: the list may be a key this script was not
 -- given, whose write can fail (see job.lua); the jobs themselves are
 -- written afterwards, to the script's own keys.
-local count = (#ARGV - 3) / 4
+local count = (#ARGV - 2) / 4
 if count == 0 then
   return created
 end
 local ids = {}
 for n = 1, count do
-  ids[n] = ARGV[4 * n]
+  ids[n] = ARGV[4 * n - 1]
 end
 local held = redis.call('HMGET', pool, unpack(ids))
 local stored = {} -- id -> the job this call stored under it
 local fields, scores, lists, first_due, delayed = {}, {}, {}, nil, {}
 local readied = {} -- topic -> the jobs (encoded as pushed) of its list's ids
 for n = 1, count do
-  local id, delay, v, gen = ARGV[4 * n], ARGV[4 * n + 1], ARGV[4 * n + 2], ARGV[4 * n + 3]
+  local id, delay, v, gen = ARGV[4 * n - 1], ARGV[4 * n], ARGV[4 * n + 1], ARGV[4 * n + 2]
   local due = pushed_due(now, delay, v)
   local cur = stored[id] or held[n]
   if cur then
@@ -109,10 +110,10 @@ if #scores > 0 then
 end
 
 tally_each(counts, DELAYED, delayed, 1)
--- Wake as many consumers of each topic as jobs became ready.
+-- One signal per job that became ready: each wakes one consumer.
 for _, topic in ipairs(topics) do
   tally(counts, READY, topic, #lists[topic])
-  redis.call(pub, ready_channel .. topic, #lists[topic])
+  signal(sig_prefix, topic, #lists[topic])
 end
 -- Wake the bucket's handler when a new job became the earliest of the bucket.
 if first_due ~= nil then

@@ -1,9 +1,9 @@
 #!lua
 -- reschedule.lua: move a pending (delayed or ready) job to a new due time.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix  KEYS[4] counts hash
+-- KEYS[5] ready-signal key prefix
 -- ARGV[1] job id  ARGV[2] delay ms (-1 when ARGV[3] holds the due time)
--- ARGV[3] due ms  ARGV[4] wake channel  ARGV[5] ready channel prefix
--- ARGV[6] publish command
+-- ARGV[3] due ms  ARGV[4] wake channel  ARGV[5] publish command
 -- returns {1, due_ms}, {0} no such job, {-1} the job is reserved or dead
 -- A ready job made delayed leaves its ID in the ready list, where it is
 -- dropped when popped. Running it twice sets the same due time again
@@ -11,7 +11,7 @@
 
 local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
 local id, delay, due = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local wake, ready_channel, pub = ARGV[4], ARGV[5], ARGV[6]
+local wake, pub = ARGV[4], ARGV[5]
 
 local v = redis.call('HGET', pool, id)
 if not v then
@@ -27,7 +27,7 @@ if delay >= 0 then
 end
 if due <= math.floor(now / 1000) then
   if job.state == DELAYED then
-    make_ready(pool, ready_prefix, KEYS[4], pub, ready_channel, id, job, now)
+    make_ready(pool, ready_prefix, KEYS[4], KEYS[5], id, job, now)
     redis.call('ZREM', bucket, id)
     tally(KEYS[4], DELAYED, job.topic, -1)
     tally(KEYS[4], READY, job.topic, 1)

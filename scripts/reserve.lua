@@ -1,17 +1,27 @@
 #!lua flags=allow-oom
--- reserve.lua: pop up to a count of ready jobs of a topic from one bucket and
--- reserve them.
+-- reserve.lua: pop ready jobs of a topic from one bucket and reserve them,
+-- no more than the ready signals the caller holds or claims (job.lua).
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
 -- KEYS[5] this call's record (a key of the caller's choosing, new for every
--- call)  KEYS[6] counts hash  KEYS[7..] records of answered reserve calls,
--- to delete
+-- call)  KEYS[6] counts hash  KEYS[7] the topic's ready signals
+-- KEYS[8] paused topics of the bucket  KEYS[9..] records of answered
+-- reserve calls, to delete
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
--- ARGV[6] how long the record lives, ms
--- returns {status, id, job, due_ms, id, job, due_ms, ...}: the jobs reserved,
--- each with when it was due (its at_ms while ready; 0 when not known), and status 1 when
--- as many as asked were reserved, 0 when the list ran empty, 2 when the
--- stale IDs dropped reached the limit and the list may hold more.
+-- ARGV[6] how long the record lives, ms  ARGV[7] how many signals the
+-- caller holds (taken off the signals by a blocked pop)  ARGV[8] "1" to
+-- take as many jobs as asked whatever the signals (a consumer that will
+-- not wait), claiming those it can
+-- returns {status, signals left, id, job, due_ms, id, job, due_ms, ...}:
+-- the jobs reserved, each with when it was due (its at_ms while ready; 0
+-- when not known), the signals the list still holds, and status 1 when as
+-- many as asked were reserved, 0 when the list or the signals ran out, 2
+-- when the stale IDs dropped reached the limit and the list may hold more,
+-- 3 when the topic is paused (the caller's signals are put back).
+-- The call claims a signal for each job it reserves beyond those it holds.
+-- A job that waited over a second while no signal was left (one was lost
+-- with a consumer that died holding it) is taken all the same, and a signal
+-- is added for the job behind it, so that waiting consumers wake for it.
 -- An entry that does not stand for a ready job (job.lua: its job was
 -- removed, is no longer ready, is now a job of another topic, or is ready
 -- at another place of the list) is dropped: it is the trace of a job that
@@ -30,12 +40,19 @@
 -- expires in any case.
 
 local ready, pool, bucket, reservations, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local signals, paused = KEYS[7], KEYS[8]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-forget_records(7)
+local held = tonumber(ARGV[7])
+forget_records(9)
+
+local PAUSED = 3
+-- stranded is how long a job may wait with no signal left before a
+-- call takes it regardless.
+local stranded = 1000
 
 -- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
 -- maxReserve (ready.go), and the script never takes more than 1,000.
-local want = math.min(tonumber(ARGV[5]), 1000)
+local asked = math.min(tonumber(ARGV[5]), 1000)
 local keep = tonumber(ARGV[6])
 
 -- replay answers a second run from the record ("status\nlease\nid\nid..."):
@@ -46,7 +63,7 @@ local function replay(rec)
     fields[#fields + 1] = f
   end
   local status, base = tonumber(fields[1]), tonumber(fields[2])
-  local out = {status}
+  local out = {status, redis.call('LLEN', signals)}
   for i = 3, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
@@ -59,15 +76,41 @@ local function replay(rec)
   return out
 end
 
+if redis.call('SISMEMBER', paused, topic) == 1 then
+  if held > 0 then
+    signal_list(signals, held)
+  end
+  return {PAUSED, redis.call('LLEN', signals)}
+end
+
+local now = now_us()
+local now_ms = floor(now / 1000)
+local head = gone(KEYS[6], topic)
+local left = redis.call('LLEN', signals)
+
+-- head_waited reports whether the list's first entry, at place at, stands
+-- for a job ready for over a second.
+local function head_waited(at)
+  local id = redis.call('LRANGE', ready, 0, 0)[1]
+  local v = id and redis.call('HGET', pool, id)
+  return at_place(v, topic, at) and now_ms - read48(v, AT) > stranded
+end
+
+local want = math.min(asked, held + left)
+if ARGV[8] == '1' then
+  want = asked
+elseif want == 0 and head_waited(head) then
+  want = 1
+end
+
 -- The IDs are read first and trimmed off the list last, after the jobs are
 -- written: a script that fails half-way leaves the list as it was. An
 -- entry stands for its job only at the job's place (job.lua).
-local head = gone(KEYS[6], topic)
 local found, jobs = {}, {} -- jobs: encoded
 local status, stale, taken = 1, 0, 0
 while #found < want do
-  local asked = want - #found
-  local ids = redis.call('LRANGE', ready, taken, taken + asked - 1)
+  local more = want - #found
+  local ids = redis.call('LRANGE', ready, taken, taken + more - 1)
   if #ids > 0 then
     local vs = redis.call('HMGET', pool, unpack(ids))
     for i, id in ipairs(ids) do
@@ -80,14 +123,16 @@ while #found < want do
     end
   end
   taken = taken + #ids
-  if #ids < asked then
-    status = 0
+  if #ids < more then
     break
   end
   if stale >= skips and #found < want then
     status = 2
     break
   end
+end
+if status == 1 and #found < asked then
+  status = 0
 end
 if #found == 0 then
   -- An empty list may be the work of this call's first run.
@@ -99,7 +144,7 @@ if #found == 0 then
     redis.call('LTRIM', ready, taken, -1)
     trimmed(KEYS[6], topic, taken, redis.call('LLEN', ready))
   end
-  return {status}
+  return {status, left}
 end
 
 local reservation = redis.call('INCRBY', reservations, #found) - #found
@@ -108,9 +153,7 @@ if not redis.call('SET', record, rec, 'NX', 'PX', keep) then
   return replay(redis.call('GET', record)) -- the reservations just taken go unused
 end
 
-local now = now_us()
-local now_ms = floor(now / 1000)
-local out, fields, scores, first = {status}, {}, {}, nil
+local out, fields, scores, first = {status, 0}, {}, {}, nil
 for i, id in ipairs(found) do
   -- A copy of the job with a new header: reserved, one more attempt, a
   -- reservation of its own, until its TTR from now.
@@ -120,15 +163,28 @@ for i, id in ipairs(found) do
   local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, reservation + i)
   fields[2 * i - 1], fields[2 * i] = id, enc
   scores[2 * i - 1], scores[2 * i] = at, id
-  out[3 * i - 1], out[3 * i], out[3 * i + 1] = id, enc, read48(v, AT)
+  out[3 * i], out[3 * i + 1], out[3 * i + 2] = id, enc, read48(v, AT)
   if first == nil or at < first then
     first = at
   end
 end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
+local claimed = math.min(#found - held, left)
+if claimed > 0 then
+  redis.call('LTRIM', signals, claimed, -1)
+  left = left - claimed
+end
 redis.call('LTRIM', ready, taken, -1)
-trimmed(KEYS[6], topic, taken, redis.call('LLEN', ready))
+local remaining = redis.call('LLEN', ready)
+trimmed(KEYS[6], topic, taken, remaining)
+if left == 0 and remaining > 0 and head_waited(head + taken) then
+  -- A job left behind without a signal: one for it, so that a waiting
+  -- consumer comes for it.
+  signal_list(signals, 1)
+  left = 1
+end
+out[2] = left
 tally(KEYS[6], READY, topic, -#found)
 tally(KEYS[6], RESERVED, topic, #found)
 wake_if_first(bucket, pub, wake, first, now)

@@ -5,20 +5,21 @@
 -- delay without counting the attempt ("snooze").
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6] counts hash
--- KEYS[7..] records of answered reserve calls, to delete
+-- KEYS[7] ready-signal key prefix  KEYS[8..] records of answered reserve
+-- calls, to delete
 -- ARGV[1] job id  ARGV[2] reservation  ARGV[3] delay ms  ARGV[4] error text
--- ARGV[5] wake channel  ARGV[6] ready channel prefix  ARGV[7] publish command
--- ARGV[8] mode: "retry", "dead" or "snooze" (the error text is then kept)
+-- ARGV[5] wake channel  ARGV[6] publish command
+-- ARGV[7] mode: "retry", "dead" or "snooze" (the error text is then kept)
 -- returns {1, due_ms} delayed, {2} dead, {0} no such job,
 -- {-1} the caller's reservation is gone (the job is not reserved under it)
 -- Running it twice retries once: the second run finds the reservation gone.
 
 local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, reservation, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-forget_records(7)
-local wake, ready_channel, pub = ARGV[5], ARGV[6], ARGV[7]
+forget_records(8)
+local wake, pub = ARGV[5], ARGV[6]
 
-local mode = ARGV[8]
+local mode = ARGV[7]
 local job, status = held(pool, id, reservation)
 if not job then
   return {status}
@@ -37,7 +38,7 @@ if mode == 'dead' or (mode ~= 'snooze' and job.attempts >= job.max) then
 end
 local due = due_ms(now, delay)
 if delay <= 0 then
-  make_ready(pool, ready_prefix, KEYS[6], pub, ready_channel, id, job, now)
+  make_ready(pool, ready_prefix, KEYS[6], KEYS[7], id, job, now)
   redis.call('ZREM', bucket, id)
   tally(KEYS[6], READY, job.topic, 1)
   return {1, due}

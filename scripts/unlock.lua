@@ -1,11 +1,16 @@
 #!lua flags=allow-oom
--- unlock.lua: release a bucket's lease if the caller still holds it, and tell
--- the other processes' handlers that the bucket is free.
--- KEYS[1] lease lock
+-- unlock.lua: give up a bucket's leases that the caller holds: the lease
+-- (and then tell the standby, which takes the bucket over at once) and the
+-- standby lease.
+-- KEYS[1] lease lock  KEYS[2] standby lease
 -- ARGV[1] lease token  ARGV[2] wake channel  ARGV[3] publish command
--- returns 1 released, 0 the lease was not held by this token
+-- returns 1 when the lease was released, 0 when this token did not hold it
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+local holder = redis.call('GET', KEYS[1])
+if not holder or string.match(holder, '^%S+') ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])

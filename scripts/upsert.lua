@@ -4,21 +4,21 @@
 -- new job's; attempts and last error start over. An explicit write: a
 -- tombstone of the ID (its dedup window) is cleared, not obeyed.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
--- KEYS[4] dedup zset  KEYS[5] counts hash
--- ARGV[1] wake channel  ARGV[2] ready channel prefix  ARGV[3] publish command
--- ARGV[4] id  ARGV[5] delay ms ("" when the job's at_ms holds its due time)
--- ARGV[6] the job encoded as a delayed job (job.lua)
--- ARGV[7] "1" to replace a reserved job too: its reservation ends (its
+-- KEYS[4] dedup zset  KEYS[5] counts hash  KEYS[6] ready-signal key prefix
+-- ARGV[1] wake channel  ARGV[2] publish command
+-- ARGV[3] id  ARGV[4] delay ms ("" when the job's at_ms holds its due time)
+-- ARGV[5] the job encoded as a delayed job (job.lua)
+-- ARGV[6] "1" to replace a reserved job too: its reservation ends (its
 -- consumer's Finish, Retry and Touch find it gone), and the new job is
 -- what comes next
 -- returns {1} created, {0} replaced, {-1, state} refused: the job is
--- reserved (and ARGV[7] is not "1") or dead (its state)
+-- reserved (and ARGV[6] is not "1") or dead (its state)
 -- Running it twice replaces twice with the same job: the outcome is the
 -- same, but a second run reports {0}.
 
 local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local wake, ready_channel, pub = ARGV[1], ARGV[2], ARGV[3]
-local id, delay, v, take_reserved = ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
+local wake, pub = ARGV[1], ARGV[2]
+local id, delay, v, take_reserved = ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
 
 local topic = topic_of(v)
 local cur = redis.call('HGET', pool, id)
@@ -47,7 +47,9 @@ if due <= now_ms then
   end
   redis.call('HSET', pool, id, restate(v, READY, now_ms, nil, place))
   redis.call('ZREM', bucket, id) -- its due time, or its reservation's deadline
-  redis.call(pub, ready_channel .. topic, '1')
+  if not was_ready then
+    signal(KEYS[6], topic, 1)
+  end
   tally(KEYS[5], READY, topic, 1)
 else
   redis.call('HSET', pool, id, v)

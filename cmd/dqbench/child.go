@@ -177,13 +177,15 @@ func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (d
 	if c.logLevel != "" {
 		opts = append(opts, delayqueue.WithLogger(childLogger(c.role+"/"+c.method, c.logLevel)))
 	}
+	calls := &reserveCalls{}
+	opts = append(opts, delayqueue.WithObserver(calls))
 	q, detach, err := openObserved(c.observe, func(more ...delayqueue.Option) (*delayqueue.DelayQueue, error) {
 		return delayqueue.New(client, append(opts, more...)...)
 	})
 	if err != nil {
 		return nil, err
 	}
-	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure}
+	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure, calls: calls}
 	if c.start {
 		if err := q.Start(ctx); err != nil {
 			_ = d.close(ctx)
@@ -236,6 +238,7 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 	res.Received = out.received()
 	if q, ok := d.(*queue); ok {
 		res.Retried = int(q.retried.Load())
+		res.Reserves, res.Empty = int(q.calls.all.Load()), int(q.calls.empty.Load())
 	}
 	return res
 }
@@ -292,6 +295,20 @@ type queue struct {
 	detach  func() // ends what -observe attached
 	endure  bool   // -endure
 	retried atomic.Int64
+	calls   *reserveCalls
+}
+
+// reserveCalls counts the reserve calls of the queue, and those that found
+// no job (delayqueue.EventReserveCall).
+type reserveCalls struct{ all, empty atomic.Int64 }
+
+func (r *reserveCalls) Observe(_ context.Context, e delayqueue.Event) {
+	if e.Kind == delayqueue.EventReserveCall {
+		r.all.Add(1)
+		if e.Count == 0 {
+			r.empty.Add(1)
+		}
+	}
 }
 
 func (d *queue) push(ctx context.Context, body []byte, due int64, how dueKind) error {

@@ -47,8 +47,9 @@ type layoutParams struct {
 type outcome struct {
 	impl  string
 	jobs  int
-	base  time.Time   // the first due time
-	push  childResult // the pushing process's result
+	base  time.Time     // the first due time
+	push  childResult   // the pushing process's result
+	all   []childResult // every process's
 	got   *receipts
 	calls commandCount // from "go" to the last delivery, or the end of pushing
 }
@@ -102,14 +103,27 @@ var throughputFigs = []figureDef{
 	{name: "commands sent per job"},
 	{name: "commands run per job, incl. inside scripts"},
 	{name: "Redis CPU per job", unit: "µs"},
+	{name: "reserve calls that found no job", unit: "%", dqOnly: true},
+	{name: "reserve calls per job", dqOnly: true},
 }
 
 // throughput is the jobs per second from the start of pushing to end, and
-// the commands and the Redis CPU time per job.
+// the commands and the Redis CPU time per job, and the reserve calls.
 func (o *outcome) throughput(end time.Time) []float64 {
 	took := end.Sub(time.UnixMicro(o.push.PushStart))
 	n := float64(o.jobs)
-	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6}
+	empty, perJob := math.NaN(), math.NaN()
+	if o.impl == "dq" {
+		var all, none int
+		for _, r := range o.all {
+			all, none = all+r.Reserves, none+r.Empty
+		}
+		if all > 0 {
+			empty = 100 * float64(none) / float64(all)
+		}
+		perJob = float64(all) / n
+	}
+	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6, empty, perJob}
 }
 
 func latenessFigures(o *outcome) ([]float64, error) {
@@ -165,7 +179,7 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	default:
 		consumers := 1
 		if topology == "multi" {
-			consumers = 3
+			consumers = b.consumers
 		}
 		for i := range consumers {
 			// Every process of the queue starts; one moves the baseline's jobs.
@@ -227,7 +241,11 @@ wait:
 	if err := f.stop(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
-	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, got: got, calls: after.sub(before)})
+	var results []childResult
+	for _, p := range f.procs {
+		results = append(results, p.result)
+	}
+	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, all: results, got: got, calls: after.sub(before)})
 }
 
 // layoutRuns is every run of one scenario in one topology with one

@@ -83,10 +83,11 @@ type bench struct {
 	nodes  []*redis.Client // every master, for INFO and resets
 	seq    int
 
-	addrs   []string // Redis (every master on a Cluster), for child processes
-	cluster bool
-	lJobs   int           // jobs in L
-	lSpread time.Duration // L's jobs are due over this long
+	addrs     []string // Redis (every master on a Cluster), for child processes
+	cluster   bool
+	lJobs     int           // jobs in L
+	lSpread   time.Duration // L's jobs are due over this long
+	consumers int           // consumer processes in the multi topology
 
 	observe string                            // -observe: what the queues under test have attached
 	detach  map[*delayqueue.DelayQueue]func() // what open attached, by queue, until close
@@ -135,6 +136,7 @@ func run(ctx context.Context) error {
 	method := flag.String("method", "pop,consume", "how L and E's queue consumers take jobs: pop (16 goroutines calling Pop and Finish) or consume (Consume with 16 handlers)")
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
+	flag.IntVar(&b.consumers, "consumers", 3, "consumer processes in the multi topology")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
 	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
 	cuts := cutParams{}
@@ -200,6 +202,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-s8-load %v: at least 1s", overviewLoad)
 	case b.lJobs < 1:
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
+	case b.consumers < 1:
+		return fmt.Errorf("-consumers %d: at least 1", b.consumers)
 	case b.lSpread < time.Millisecond:
 		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
 	case b.observe != observeNone && b.observe != observeProm:

@@ -1,0 +1,523 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting for ready jobs. Every job made ready adds a ready signal to its
+// topic's signal list in its bucket (job.lua). A process whose consumers
+// wait blocks on those lists with BLPOP, and Redis hands each signal to one
+// blocked client: a job wakes one consumer, in whichever process, however
+// many wait. One blocked call waits for every topic the process's consumers
+// wait for: one per bucket on a Cluster (a call's keys share a slot), one
+// in all elsewhere, so a process holds a handful of connections however
+// many topics it consumes. A reserve call takes no more jobs than the
+// signals its caller holds or claims (reserve.lua), so the consumer a
+// signal woke finds its job.
+
+// blockFor is how long a blocked call waits before it is sent again: the
+// idle cost of a waiting process (one command per blockFor per bucket on a
+// Cluster, per process elsewhere). Each expiry is a safety look too.
+const blockFor = 20 * time.Second
+
+// holdFor is how long a signal taken for a topic whose consumers of this
+// process all left meanwhile is kept for the next of them, before it is
+// given back for other processes.
+const holdFor = 50 * time.Millisecond
+
+// unknown is what a process knows of the signals a bucket's list holds
+// before a reserve call has said.
+const unknown = -1
+
+// waits is a process's consumers waiting for ready jobs, and its blocked
+// calls.
+type waits struct {
+	q      *DelayQueue
+	token  string // names this process's poke keys
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	groups []*waitGroup
+
+	mu     sync.Mutex
+	topics map[string]*topicWait
+}
+
+// topicWait is what the consumers of one topic in this process wait for.
+type topicWait struct {
+	waiters []*waiter // oldest first
+	avail   []int     // per bucket: signals left, as the last reserve call said; unknown at first
+	held    []int     // per bucket: signals taken while no consumer waited
+	paused  bool      // a reserve call found the topic paused; until a resume
+}
+
+// waiter is one waiting consumer. A signal taken for it arrives on wake: the
+// bucket whose job it may reserve.
+type waiter struct {
+	wake chan int // buffered
+}
+
+// waitGroup is one blocked call's buckets, and what it waits for now.
+type waitGroup struct {
+	buckets []int
+	poke    string            // this process's key in the group's slot
+	keys    map[string]sigKey // the lists of the call under way; nil while there is none
+	poked   bool              // a poke is on its way to the call under way
+	changed chan struct{}     // buffered: topics to wait for came while none was waited for
+}
+
+// sigKey is what a signal list stands for.
+type sigKey struct {
+	bucket int
+	topic  string
+}
+
+func newWaits(q *DelayQueue) *waits {
+	w := &waits{q: q, token: newToken()[:16], topics: map[string]*topicWait{}}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	n := 1
+	if q.pub == "SPUBLISH" {
+		n = q.opts.buckets
+	}
+	for g := range n {
+		wg := &waitGroup{changed: make(chan struct{}, 1)}
+		if n == 1 {
+			wg.buckets = make([]int, q.opts.buckets)
+			for b := range wg.buckets {
+				wg.buckets[b] = b
+			}
+		} else {
+			wg.buckets = []int{g}
+		}
+		wg.poke = q.keys.bucket(wg.buckets[0]).poke(w.token)
+		w.groups = append(w.groups, wg)
+	}
+	for _, g := range w.groups {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.block(g)
+		}()
+	}
+	return w
+}
+
+// close ends the blocked calls and gives back the signals held.
+func (w *waits) close(ctx context.Context) error {
+	w.mu.Lock()
+	var poke []string
+	for _, g := range w.groups {
+		if g.keys != nil {
+			poke = append(poke, g.poke) // a blocked call does not end with its context
+		}
+	}
+	w.mu.Unlock()
+	w.poke(poke)
+	w.cancel()
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.mu.Lock()
+	held := w.takeHeldLocked("")
+	w.mu.Unlock()
+	return w.giveBack(ctx, held)
+}
+
+// topic returns the topic's wait, made on first use. w.mu must be held.
+func (w *waits) topicLocked(topic string) *topicWait {
+	tw := w.topics[topic]
+	if tw == nil {
+		n := w.q.opts.buckets
+		tw = &topicWait{avail: make([]int, n), held: make([]int, n)}
+		for b := range tw.avail {
+			tw.avail[b] = unknown
+		}
+		w.topics[topic] = tw
+	}
+	return tw
+}
+
+// look is one reserve call a consumer makes: n jobs at most from bucket b,
+// with held signals of its own.
+type look struct {
+	b, n, held int
+}
+
+// plan lists the reserve calls a consumer of topic that wants n jobs makes
+// now: with the signals this process holds, then where signals are left or
+// not known (all: everywhere, for a consumer that will not wait), from
+// bucket start on. It takes the held signals it plans to use.
+func (w *waits) plan(topic string, n, start int, all bool) []look {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topicLocked(topic)
+	if tw.paused {
+		return nil
+	}
+	var looks []look
+	buckets := len(tw.avail)
+	for i := range buckets {
+		b := (start + i) % buckets
+		if tw.held[b] > 0 && n > 0 {
+			h := min(tw.held[b], n)
+			tw.held[b] -= h
+			looks = append(looks, look{b: b, n: h, held: h})
+			n -= h
+		}
+	}
+	// Where signals are left, no more than those; where not known, as
+	// many as wanted (the call says).
+	for i := range buckets {
+		b := (start + i) % buckets
+		a := tw.avail[b]
+		if all {
+			a = unknown
+		}
+		if a == 0 || n == 0 {
+			continue
+		}
+		k := n
+		if a > 0 {
+			k = min(n, a)
+			n -= k
+		}
+		if j := slices.IndexFunc(looks, func(l look) bool { return l.b == b }); j >= 0 {
+			looks[j].n += k
+		} else {
+			looks = append(looks, look{b: b, n: k})
+		}
+	}
+	return looks
+}
+
+// settle records what a reserve call on bucket b said: the signals left,
+// and whether the topic is paused.
+func (w *waits) settle(topic string, b, left int, status reserveStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topicLocked(topic)
+	tw.avail[b] = left
+	if status == reservePaused {
+		tw.paused = true
+	}
+}
+
+// enlist makes wt a waiter of topic, so that a signal taken for the topic
+// wakes it, and has the blocked calls wait for the topic if they do not.
+func (w *waits) enlist(topic string, wt *waiter) {
+	w.mu.Lock()
+	tw := w.topicLocked(topic)
+	if !slices.Contains(tw.waiters, wt) {
+		tw.waiters = append(tw.waiters, wt)
+	}
+	var poke []string
+	if !tw.paused {
+		for _, g := range w.groups {
+			switch {
+			case g.keys == nil:
+				select {
+				case g.changed <- struct{}{}:
+				default:
+				}
+			case !g.waitsFor(topic) && !g.poked:
+				g.poked = true
+				poke = append(poke, g.poke)
+			}
+		}
+	}
+	w.mu.Unlock()
+	w.poke(poke)
+}
+
+// waitsFor reports whether the group's call under way waits for topic.
+func (g *waitGroup) waitsFor(topic string) bool {
+	for _, k := range g.keys {
+		if k.topic == topic {
+			return true
+		}
+	}
+	return false
+}
+
+// leave takes wt off topic's waiters. A signal it was given and did not use
+// goes to the next waiter, or is held.
+func (w *waits) leave(topic string, wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topicLocked(topic)
+	if i := slices.Index(tw.waiters, wt); i >= 0 {
+		tw.waiters = slices.Delete(tw.waiters, i, i+1)
+	}
+	for {
+		select {
+		case b := <-wt.wake:
+			if b >= 0 {
+				w.deliverLocked(b, topic)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// unused hands on a signal of bucket b that a consumer of topic took and did
+// not use (its caller went away).
+func (w *waits) unused(topic string, b int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deliverLocked(b, topic)
+}
+
+// deliverLocked gives a signal of bucket b to the topic's oldest waiter,
+// or holds it for the next.
+func (w *waits) deliverLocked(b int, topic string) {
+	tw := w.topicLocked(topic)
+	if len(tw.waiters) > 0 {
+		wt := tw.waiters[0]
+		tw.waiters = tw.waiters[1:]
+		wt.wake <- b
+		return
+	}
+	tw.held[b]++
+	time.AfterFunc(holdFor, func() { w.returnHeld(topic) })
+}
+
+// returnHeld gives back the signals of topic that no consumer came for.
+func (w *waits) returnHeld(topic string) {
+	w.mu.Lock()
+	held := w.takeHeldLocked(topic)
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
+	defer cancel()
+	if err := w.giveBack(ctx, held); err != nil {
+		w.q.opts.logger.Warn("delayqueue: cannot give back ready signals; their jobs wait for a look", attrTopic, topic, attrError, err)
+	}
+}
+
+// takeHeldLocked takes the held signals of topic ("": of every topic).
+func (w *waits) takeHeldLocked(topic string) map[sigKey]int {
+	held := map[sigKey]int{}
+	for t, tw := range w.topics {
+		if topic != "" && t != topic {
+			continue
+		}
+		for b, n := range tw.held {
+			if n > 0 {
+				held[sigKey{b, t}] = n
+				tw.held[b] = 0
+			}
+		}
+	}
+	return held
+}
+
+// giveBack puts signals back on their lists, for other consumers.
+func (w *waits) giveBack(ctx context.Context, held map[sigKey]int) error {
+	if len(held) == 0 {
+		return nil
+	}
+	pipe := w.q.client.Pipeline()
+	for k, n := range held {
+		ones := make([]any, n)
+		for i := range ones {
+			ones[i] = "1"
+		}
+		pipe.RPush(ctx, w.q.keys.bucket(k.bucket).signals(k.topic), ones...)
+	}
+	_, err := pipe.Exec(ctx)
+	return redisError(err)
+}
+
+// poke wakes the blocked calls waiting on the poke keys, so that they wait
+// for a topic they do not.
+func (w *waits) poke(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	defer cancel()
+	pipe := w.q.client.Pipeline()
+	for _, k := range keys {
+		pipe.RPush(ctx, k, "1")
+		pipe.PExpire(ctx, k, time.Minute) // a process that dies leaves none behind for long
+	}
+	if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
+		w.q.opts.logger.Warn("delayqueue: cannot wake this process's blocked pop; it waits for the topic from its next call", attrError, err)
+	}
+}
+
+// resume marks topic resumed: its consumers look again, and the blocked
+// calls wait for it.
+func (w *waits) resume(topic string) {
+	w.mu.Lock()
+	tw, ok := w.topics[topic]
+	if !ok {
+		w.mu.Unlock()
+		return
+	}
+	tw.paused = false
+	for b := range tw.avail {
+		tw.avail[b] = unknown
+	}
+	waiters := tw.waiters
+	tw.waiters = nil
+	w.mu.Unlock()
+	for _, wt := range waiters {
+		wt.wake <- -1 // a look
+	}
+}
+
+// pause marks topic paused: its consumers wait without a blocked call,
+// until a resume.
+func (w *waits) pause(topic string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.topicLocked(topic).paused = true
+}
+
+// resumePaused has the consumers of every paused topic look again, as
+// after a resume that may have been missed.
+func (w *waits) resumePaused() {
+	w.mu.Lock()
+	var topics []string
+	for topic, tw := range w.topics {
+		if tw.paused {
+			topics = append(topics, topic)
+		}
+	}
+	w.mu.Unlock()
+	for _, topic := range topics {
+		w.resume(topic)
+	}
+}
+
+// wanted returns the keys group g waits on now: the signal lists of the
+// topics that consumers wait for (not paused, no signal held), and its poke
+// key; nil when it waits for none. It records them as the call under way.
+func (w *waits) wanted(g *waitGroup) map[string]sigKey {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	keys := map[string]sigKey{}
+	for topic, tw := range w.topics {
+		if len(tw.waiters) == 0 || tw.paused {
+			continue
+		}
+		for _, b := range g.buckets {
+			if tw.held[b] == 0 {
+				keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	keys[g.poke] = sigKey{bucket: -1}
+	g.keys, g.poked = keys, false
+	return keys
+}
+
+// block runs group g's blocked calls until the waits close: each waits for
+// the signals of the topics the process's consumers wait for, and hands a
+// signal to one of them.
+func (w *waits) block(g *waitGroup) {
+	failures := 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for w.ctx.Err() == nil {
+		keys := w.wanted(g)
+		if keys == nil {
+			select {
+			case <-g.changed:
+				continue
+			case <-w.ctx.Done():
+				return
+			}
+		}
+		names := make([]string, 0, len(keys))
+		for k := range keys {
+			names = append(names, k)
+		}
+		res, err := w.q.client.BLPop(w.ctx, blockFor, names...).Result()
+		w.mu.Lock()
+		g.keys = nil
+		w.mu.Unlock()
+		switch {
+		case err == nil && len(res) == 2:
+			failures = 0
+			if k, ok := keys[res[0]]; ok && k.bucket >= 0 {
+				w.mu.Lock()
+				w.deliverLocked(k.bucket, k.topic)
+				w.mu.Unlock()
+			}
+		case errors.Is(err, redis.Nil):
+			failures = 0
+			w.expired()
+		case w.ctx.Err() != nil:
+			return
+		default:
+			failures++
+			w.q.noteError(w.ctx, err)
+			if failures == 1 {
+				w.q.opts.logger.Warn("delayqueue: cannot wait for ready jobs; retrying", attrError, err)
+			}
+			timer.Reset(retryBackoff(failures))
+			select {
+			case <-timer.C:
+			case <-w.ctx.Done():
+				return
+			}
+			w.lost(g)
+		}
+	}
+}
+
+// expired is the safety look at the end of a blocked call's wait: each
+// waiting consumer looks again where signals are not known, and a paused
+// topic is read again, should its resume have been missed.
+func (w *waits) expired() {
+	w.mu.Lock()
+	var wake []*waiter
+	for _, tw := range w.topics {
+		for b := range tw.avail {
+			tw.avail[b] = unknown
+		}
+		tw.paused = false // a reserve call says again
+		if len(tw.waiters) > 0 {
+			wake = append(wake, tw.waiters[0])
+			tw.waiters = tw.waiters[1:]
+		}
+	}
+	w.mu.Unlock()
+	for _, wt := range wake {
+		wt.wake <- -1
+	}
+}
+
+// lost handles a blocked call that failed: a signal it took may have been
+// lost with its reply. One waiter of each topic per bucket of the group
+// looks as if it held a signal there, so that no job is left behind.
+func (w *waits) lost(g *waitGroup) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for topic, tw := range w.topics {
+		for _, b := range g.buckets {
+			if len(tw.waiters) == 0 {
+				break
+			}
+			w.deliverLocked(b, topic)
+		}
+	}
+}

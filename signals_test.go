@@ -1,0 +1,227 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// waitersOf counts the consumers of q waiting for topic.
+func waitersOf(q *DelayQueue, topic string) int {
+	q.mu.Lock()
+	w := q.waits
+	q.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if tw := w.topics[topic]; tw != nil {
+		return len(tw.waiters)
+	}
+	return 0
+}
+
+// blockedFor reports whether every blocked call of q waits for topic.
+func blockedFor(q *DelayQueue, topic string) bool {
+	q.mu.Lock()
+	w := q.waits
+	q.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, g := range w.groups {
+		if g.keys == nil || !g.waitsFor(topic) {
+			return false
+		}
+	}
+	return true
+}
+
+// reserveCounter counts the reserve calls a client sends, and those that
+// found no job.
+type reserveCounter struct {
+	calls, empty atomic.Int64
+}
+
+func (r *reserveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *reserveCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		r.count(cmd)
+		return err
+	}
+}
+
+func (r *reserveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			r.count(cmd)
+		}
+		return err
+	}
+}
+
+func (r *reserveCounter) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 2 || (args[1] != scriptReserve.flagged.Hash() && args[1] != scriptReserve.plain.Hash()) {
+		return
+	}
+	c, ok := cmd.(*redis.Cmd)
+	if !ok || c.Err() != nil {
+		return
+	}
+	r.calls.Add(1)
+	if reply, _ := c.Val().([]any); len(reply) <= 2 {
+		r.empty.Add(1)
+	}
+}
+
+// A job made ready wakes one waiting consumer, whichever process it is in:
+// with eight processes' consumers waiting, each job costs one reserve call,
+// and no call finds nothing (the herd that a broadcast wake-up makes).
+func TestAReadyJobWakesOneConsumerNotAll(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const processes, jobs = 8, 40
+		name := uniqueName(t)
+		producer := newQueue(t, be.client, WithName(name))
+		counter := &reserveCounter{}
+		var consumers []*DelayQueue
+		for range processes { // each with a client of its own, as a process has
+			c := anotherClient(t, be.client)
+			c.AddHook(counter)
+			consumers = append(consumers, newQueue(t, c, WithName(name)))
+		}
+		got := make(chan string, jobs)
+		var wg sync.WaitGroup
+		for _, q := range consumers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					job, err := q.Pop(ctx, "t", time.Minute)
+					if err != nil {
+						continue
+					}
+					assert.NoError(t, q.Finish(ctx, job.ID))
+					got <- job.ID
+				}
+			}()
+		}
+		waiting := func() bool {
+			for _, q := range consumers {
+				if !blockedFor(q, "t") {
+					return false
+				}
+			}
+			return true
+		}
+		for _, q := range consumers {
+			subscribed(t, q, "t") // the looks that the confirmations bring are over
+		}
+		require.Eventually(t, waiting, 30*time.Second, time.Millisecond, "every consumer waits")
+		calls, empty := counter.calls.Load(), counter.empty.Load()
+		for i := range jobs {
+			id := pushed(t, producer, &Job{Topic: "t"})
+			select {
+			case delivered := <-got:
+				require.Equal(t, id, delivered)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("job %d never came", i)
+			}
+			require.Eventually(t, waiting, 30*time.Second, time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+		assert.Equal(t, int64(jobs), counter.calls.Load()-calls, "one reserve call per job")
+		assert.Zero(t, counter.empty.Load()-empty, "no reserve call found nothing")
+	})
+}
+
+// A process that waits for many topics holds a blocked call per bucket
+// group, not one per topic: a handful of connections.
+func TestWaitingForManyTopicsTakesAHandfulOfConnections(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if be.mini != nil {
+			t.Skip("miniredis has no CLIENT LIST")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		q := newQueue(t, be.client)
+		const topics = 500
+		var wg sync.WaitGroup
+		got := make(chan string, 1)
+		for i := range topics {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if job, err := q.Pop(ctx, fmt.Sprintf("t%d", i), time.Minute); err == nil {
+					got <- job.ID
+				}
+			}()
+		}
+		require.Eventually(t, func() bool {
+			for i := range topics {
+				if !blockedFor(q, fmt.Sprintf("t%d", i)) {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, time.Millisecond, "every topic waited for")
+		blocked := 0
+		count := func(ctx context.Context, c *redis.Client) error {
+			list, err := c.ClientList(ctx).Result()
+			for _, line := range strings.Split(list, "\n") {
+				if strings.Contains(line, " flags=b ") { // blocked now
+					blocked++
+				}
+			}
+			return err
+		}
+		if cc, ok := be.client.(*redis.ClusterClient); ok {
+			var mu sync.Mutex
+			require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+				mu.Lock()
+				defer mu.Unlock()
+				return count(ctx, c)
+			}))
+		} else {
+			require.NoError(t, count(ctx, be.client.(*redis.Client)))
+		}
+		assert.LessOrEqual(t, blocked, q.opts.buckets, "one blocked call per bucket at most, whatever the topics")
+		id := pushed(t, q, &Job{Topic: "t250"})
+		assert.Equal(t, id, <-got, "its consumer took it")
+		cancel()
+		wg.Wait()
+	})
+}
+
+// anotherClient returns a new client of the Redis that c talks to, closed
+// when the test ends.
+func anotherClient(t *testing.T, c redis.UniversalClient) redis.UniversalClient {
+	var other redis.UniversalClient
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		other = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Options().Addrs})
+	case *redis.Client:
+		other = redis.NewClient(&redis.Options{Addr: c.Options().Addr})
+	default:
+		t.Fatalf("a client of type %T", c)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	return other
+}
