@@ -187,7 +187,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	wt := &waiter{wake: make(chan int, 1)}
 	defer w.leave(topic, wt)
 	var timer *time.Timer
-	signal := -1 // a bucket whose signal was taken for this consumer
+	signal := noSignal // or a bucket whose signal was taken for this consumer
 	for {
 		var looks []look
 		if signal >= 0 {

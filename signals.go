@@ -35,6 +35,9 @@ const holdFor = 50 * time.Millisecond
 // before a reserve call has said.
 const unknown = -1
 
+// noSignal wakes a waiter to look where signals are left, holding none.
+const noSignal = -1
+
 // waits is a process's consumers waiting for ready jobs, and its blocked
 // calls.
 type waits struct {
@@ -191,8 +194,11 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 		}
 		k := n
 		if a > 0 {
+			// Counted off until a call says again, so that consumers
+			// planning meanwhile do not all go for the same signals.
 			k = min(n, a)
 			n -= k
+			tw.avail[b] -= k
 		}
 		if j := slices.IndexFunc(looks, func(l look) bool { return l.b == b }); j >= 0 {
 			looks[j].n += k
@@ -212,6 +218,16 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	tw.avail[b] = left
 	if status == reservePaused {
 		tw.paused = true
+		return
+	}
+	// Signals left with consumers of this process waiting: as many of
+	// them as there are signals look now (plan sends them where signals
+	// are left), rather than each waiting for a blocked call to hand it
+	// one; their calls go together.
+	for ; left > 0 && len(tw.waiters) > 0; left-- {
+		wt := tw.waiters[0]
+		tw.waiters = tw.waiters[1:]
+		wt.wake <- noSignal
 	}
 }
 

@@ -76,6 +76,7 @@ type childConfig struct {
 	logLevel string // dq: the queue's log level on stderr; empty: slog's default
 	// readTimeout is the client's ReadTimeout; 0: go-redis's default.
 	readTimeout time.Duration
+	ttr         time.Duration // dq: the jobs' TTR; 0: a minute
 }
 
 func parseChildFlags(args []string) (*childConfig, error) {
@@ -95,6 +96,7 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.StringVar(&c.observe, "observe", observeNone, "dq: what the queue has attached: none or prom")
 	fs.BoolVar(&c.endure, "endure", false, "dq: retry and count Redis errors of pushes, pops and finishes; jobs carry their numbers as IDs")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 0, "the client's ReadTimeout (0: go-redis's default, 3s)")
+	fs.DurationVar(&c.ttr, "ttr", time.Minute, "dq: the jobs' TTR")
 	fs.StringVar(&c.logLevel, "log", "", "dq: log the queue at this level (debug, info, warn) on stderr, with microsecond times")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -173,7 +175,11 @@ func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (d
 	if c.impl == "min" {
 		return openMinimal(client, c.queue, c.start), nil
 	}
-	opts := []delayqueue.Option{delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(time.Minute)}
+	ttr := c.ttr
+	if ttr == 0 {
+		ttr = time.Minute
+	}
+	opts := []delayqueue.Option{delayqueue.WithName(c.queue), delayqueue.WithDefaultTTR(ttr)}
 	if c.logLevel != "" {
 		opts = append(opts, delayqueue.WithLogger(childLogger(c.role+"/"+c.method, c.logLevel)))
 	}

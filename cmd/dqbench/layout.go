@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -25,6 +26,10 @@ type layoutScenario struct {
 	consumers bool
 	params    func(b *bench) layoutParams
 	figures   func(o *outcome) ([]float64, error)
+	// takeover: the first consumer process, which takes every bucket's
+	// lease, is killed (or frozen) mid-run; the queue alone is measured,
+	// as the baseline's one mover has no stand-in.
+	takeover bool
 }
 
 // figureDef describes one figure of a layout scenario.
@@ -41,6 +46,9 @@ type layoutParams struct {
 	margin time.Duration // from "go" to the first due time
 	spread time.Duration // jobs are due at random over this long
 	wait   time.Duration // for the last job, from the last due time
+	// killAfter: when, after the first due time, the takeover scenario
+	// kills the lease holder.
+	killAfter time.Duration
 }
 
 // outcome is what one run of a layout saw.
@@ -52,6 +60,8 @@ type outcome struct {
 	all   []childResult // every process's
 	got   *receipts
 	calls commandCount // from "go" to the last delivery, or the end of pushing
+	// killed is when the takeover scenario killed the lease holder.
+	killed time.Time
 }
 
 // designs are the two designs measured, in table order.
@@ -73,6 +83,22 @@ var layoutScenarios = []*layoutScenario{
 			return layoutParams{jobs: b.lJobs, due: dueAt, margin: 3 * time.Second, spread: b.lSpread, wait: 10 * time.Second}
 		},
 		figures: latenessFigures,
+	},
+	{
+		id: "k", title: "lease holder killed", consumers: true, takeover: true,
+		figs: []figureDef{
+			{name: "lateness p50, due in the 5 s after the kill", unit: "ms", dqOnly: true},
+			{name: "lateness p99, due in the 5 s after the kill", unit: "ms", dqOnly: true},
+			{name: "lateness max, due in the 5 s after the kill", unit: "ms", dqOnly: true},
+			{name: "lateness p99, due before the kill", unit: "ms", dqOnly: true},
+			{name: "missing", unit: "jobs", dqOnly: true},
+			{name: "delivered again (held by the killed process)", unit: "jobs", dqOnly: true},
+		},
+		params: func(b *bench) layoutParams {
+			return layoutParams{jobs: 6000, due: dueAt, margin: 3 * time.Second, spread: 10 * time.Second,
+				wait: takeoverTTR + 5*time.Second, killAfter: 3 * time.Second}
+		},
+		figures: takeoverFigures,
 	},
 	{
 		id: "e", title: "end to end, due now", consumers: true,
@@ -153,6 +179,9 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 		return nil, err
 	}
 	prm := s.params(b)
+	if s.takeover && (topology != "multi" || b.consumers < 2) {
+		return nil, fmt.Errorf("%s: needs -topology multi and -consumers 2 or more", s.id)
+	}
 	got := newReceipts(prm.jobs)
 	f := newFleet(got)
 	defer f.kill()
@@ -168,6 +197,9 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	}
 	if impl == "dq" {
 		args = append(args, "-observe", b.observe)
+		if s.takeover {
+			args = append(args, "-ttr", takeoverTTR.String())
+		}
 	}
 	var pusher *proc
 	var err error
@@ -214,13 +246,29 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	if s.consumers {
 		all = got.all
 	}
+	// The first consumer started first and holds every bucket's lease.
+	var victim *proc
+	var killed time.Time
+	var killAt <-chan time.Time
+	if s.takeover {
+		t := time.NewTimer(time.Until(base.Add(prm.killAfter)))
+		defer t.Stop()
+		killAt = t.C
+	}
 wait:
 	for {
 		select {
+		case <-killAt:
+			victim, killed = f.procs[0], time.Now()
+			if err := victim.cmd.Process.Signal(b.killSignal); err != nil {
+				return nil, fmt.Errorf("signal %s: %w", victim.name, err)
+			}
 		case <-all:
 			break wait
 		case p := <-f.exited:
 			switch {
+			case p == victim:
+				continue // its end is the scenario's
 			case p.err != nil:
 				return nil, p.err
 			case p != pusher:
@@ -238,6 +286,12 @@ wait:
 	if err != nil {
 		return nil, err
 	}
+	if victim != nil {
+		// A frozen process is killed too; either way it leaves the fleet.
+		_ = victim.cmd.Process.Kill()
+		<-victim.done
+		f.procs = slices.DeleteFunc(f.procs, func(p *proc) bool { return p == victim })
+	}
 	if err := f.stop(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -245,7 +299,7 @@ wait:
 	for _, p := range f.procs {
 		results = append(results, p.result)
 	}
-	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, all: results, got: got, calls: after.sub(before)})
+	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, all: results, got: got, calls: after.sub(before), killed: killed})
 }
 
 // layoutRuns is every run of one scenario in one topology with one
@@ -300,6 +354,10 @@ func (b *bench) runLayouts(ctx context.Context, chosen []*layoutScenario, runs i
 					order = []int{1, 0}
 				}
 				for _, k := range order {
+					if s.takeover && designs[k] != "dq" {
+						pr.figs[k] = nanFigures(len(s.figs))
+						continue
+					}
 					before := readCPU()
 					figs, err := b.runLayout(ctx, s, c.topology, c.method, designs[k])
 					if err != nil {
@@ -423,4 +481,42 @@ func cell(v float64) string {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
 	return num(v)
+}
+
+// takeoverTTR is the jobs' TTR in the takeover scenario: the jobs that the
+// killed process held come back after it, within the run.
+const takeoverTTR = 5 * time.Second
+
+// takeoverFigures are the lateness of the jobs due in the 5 s after the
+// kill, which only a process that took over the killed one's buckets can
+// move, beside that of the jobs due before it.
+func takeoverFigures(o *outcome) ([]float64, error) {
+	if o.killed.IsZero() {
+		return nil, errors.New("the run ended before the lease holder was killed")
+	}
+	var after, before []time.Duration
+	for _, r := range o.got.firsts {
+		switch {
+		case r.due.Before(o.killed):
+			before = append(before, r.at.Sub(r.due))
+		case r.due.Before(o.killed.Add(5 * time.Second)):
+			after = append(after, r.at.Sub(r.due))
+		}
+	}
+	if len(after) == 0 {
+		return nil, errors.New("no job due in the 5 s after the kill was delivered")
+	}
+	slices.Sort(after)
+	slices.Sort(before)
+	return []float64{percentile(after, 50), percentile(after, 99), percentile(after, 100),
+		percentile(before, 99), float64(o.jobs - o.got.distinct), float64(o.got.total - o.got.distinct)}, nil
+}
+
+// nanFigures is n figures that a design does not have.
+func nanFigures(n int) []float64 {
+	figs := make([]float64, n)
+	for i := range figs {
+		figs[i] = math.NaN()
+	}
+	return figs
 }

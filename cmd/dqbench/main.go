@@ -35,6 +35,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dqueue/delayqueue"
@@ -88,6 +89,8 @@ type bench struct {
 	lJobs     int           // jobs in L
 	lSpread   time.Duration // L's jobs are due over this long
 	consumers int           // consumer processes in the multi topology
+	// killSignal is how the takeover scenario ends the lease holder.
+	killSignal syscall.Signal
 
 	observe string                            // -observe: what the queues under test have attached
 	detach  map[*delayqueue.DelayQueue]func() // what open attached, by queue, until close
@@ -125,7 +128,7 @@ func (b *bench) resetStats(ctx context.Context) error {
 func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
-	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, e and p run only when named)")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, k, e and p run only when named)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
@@ -137,6 +140,7 @@ func run(ctx context.Context) error {
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.IntVar(&b.consumers, "consumers", 3, "consumer processes in the multi topology")
+	killWith := flag.String("k-signal", "kill", "how K ends the lease holder: kill (SIGKILL) or stop (SIGSTOP, frozen)")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
 	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
 	cuts := cutParams{}
@@ -204,6 +208,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.consumers < 1:
 		return fmt.Errorf("-consumers %d: at least 1", b.consumers)
+	case *killWith != "kill" && *killWith != "stop":
+		return fmt.Errorf("-k-signal %q: kill or stop", *killWith)
 	case b.lSpread < time.Millisecond:
 		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
 	case b.observe != observeNone && b.observe != observeProm:
@@ -218,6 +224,11 @@ func run(ctx context.Context) error {
 		return errors.New("-n-cut, -n-down, -n-stall, -n-delay and -n-margin: not negative")
 	case cuts.every > 0 && cuts.down >= cuts.every:
 		return fmt.Errorf("-n-down %v: shorter than -n-cut %v", cuts.down, cuts.every)
+	}
+
+	b.killSignal = syscall.SIGKILL
+	if *killWith == "stop" {
+		b.killSignal = syscall.SIGSTOP
 	}
 
 	where := *addr

@@ -24,7 +24,7 @@ var scriptCommands = map[string]bool{
 	"hget": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
 	"zadd": true, "zrem": true, "zrange": true, "zrangebyscore": true, "zcard": true, "zscore": true, "zcount": true,
 	"zremrangebyrank": true, "zremrangebyscore": true, "sadd": true, "srem": true,
-	"rpush": true, "lpop": true, "publish": true, "hmget": true, "incrby": true, "spublish": true, "lrange": true, "ltrim": true,
+	"rpush": true, "lpop": true, "publish": true, "hmget": true, "incrby": true, "spublish": true, "lrange": true, "ltrim": true, "llen": true, "sismember": true, "smembers": true, "scard": true, "hlen": true, "zrank": true,
 }
 
 // minScriptCommands are the commands the baseline's mover script calls;
