@@ -59,9 +59,23 @@ func TestObserverSeesEachStepAndTheLatenessOnTheServerClock(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Finish(ctx, job.ID))
 
+	var ev []Event
+	calls := 0
+	for _, e := range rec.all() {
+		if e.Kind == EventReserveCall {
+			assert.Equal(t, 1, e.Count, "each pop's call reserved its job")
+			calls++
+			continue
+		}
+		ev = append(ev, e)
+	}
+	assert.Equal(t, 3, calls, "one reserve call per pop")
+	var kinds []EventKind
+	for _, e := range ev {
+		kinds = append(kinds, e.Kind)
+	}
 	assert.Equal(t, []EventKind{EventPushed, EventReserved, EventRetried, EventReserved, EventDead,
-		EventPushed, EventPushed, EventReserved, EventFinished}, rec.kinds())
-	ev := rec.all()
+		EventPushed, EventPushed, EventReserved, EventFinished}, kinds)
 	assert.Equal(t, Event{Kind: EventPushed, Topic: "t", JobID: id}, ev[0])
 	assert.Equal(t, Event{Kind: EventReserved, Topic: "t", JobID: id, Attempt: 1, Lateness: 250 * time.Millisecond}, ev[1],
 		"reserved 250ms after its due time, on the server's clock")
