@@ -30,7 +30,7 @@ type bucketHandler struct {
 	trimmed   time.Time // when dead letters past their retention were last deleted
 	buried    time.Time // when expired tombstones were last deleted
 	listening bool      // subscribed to the bucket's wake channel
-	watching  time.Time // since when it has held or stood by for the bucket
+	watching  time.Time // since when its steps have reached Redis, without a failure
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
@@ -114,6 +114,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	if h.failures > 0 || (h.lease.role == roleHolder && res.fresh) {
 		h.q.restoreRecord(ctx)
 	}
+	if h.watching.IsZero() {
+		h.watching = time.Now()
+	}
 	if h.failures > 0 {
 		log.Info("delayqueue: bucket handler moves due jobs again", attrBucket, h.b, "failures", h.failures)
 		h.failures = 0
@@ -126,13 +129,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	switch res.role {
 	case roleNone:
-		h.watching = time.Time{}
 		return h.lease.contended(res.wait, h.q.opts.lease)
 	case roleStandby:
 		h.lease.role = roleStandby
-		if h.watching.IsZero() {
-			h.watching = time.Now()
-		}
 		h.listen()
 		wait := renewWithin(h.q.opts.lease)
 		if res.next >= 0 {
@@ -142,9 +141,6 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	h.lease.role = roleHolder
 	h.listen()
-	if h.watching.IsZero() || (res.fresh && was != roleStandby) {
-		h.watching = time.Now() // nobody held the bucket before
-	}
 	if was == roleStandby && res.fresh {
 		// The holder stopped moving, or let go: this handler took the
 		// bucket over, and the standby lease is free for another.

@@ -159,10 +159,10 @@ const maxDueSchedules = 100
 // fireTicks fires the schedules of bucket b whose next tick came: for each,
 // it pushes the jobs of the ticks after it, up to the first one to come
 // (pushed ahead of its time), and advances the schedule. The ticks that
-// came while this bucket handler held or stood by for the bucket (since
-// watching) are caught up, a job each; those before it came while nobody
-// fired the schedule (an outage) and are skipped: their first one's job
-// was pushed ahead already. It returns how long until the bucket's next
+// came while this bucket handler ran (since watching: a process that
+// could fire them ran, so a takeover was late) are caught up, a job each;
+// those before came while no started process reached Redis (an outage)
+// and are skipped: the first one's job was pushed ahead already. It returns how long until the bucket's next
 // tick; -1 when it has none.
 func (q *DelayQueue) fireTicks(ctx context.Context, b int, watching time.Time) (time.Duration, error) {
 	bk := q.keys.bucket(b)
