@@ -37,6 +37,11 @@
 //     atomic, safe to run twice (go-redis re-sends a command after a read
 //     timeout), and never a CROSSSLOT error on Redis Cluster.
 //
+//   - Periodic schedules (Schedule) are data in Redis, fired by any started
+//     process: each tick pushes one job, by a compare-and-set in the
+//     schedule's bucket, ahead of its time. After an outage of every
+//     process, the ticks missed give one job, then ticking resumes.
+//
 // # Limits
 //
 // Jobs live in Redis and are as durable as Redis makes them. With RDB
@@ -68,6 +73,9 @@
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET    tombstones: IDs of finished or removed jobs, by end of window
 //	dq:{name:b}:counts         HASH    how many jobs of each topic are delayed, ready, reserved
+//	dq:{name:b}:schedules      HASH    schedule name -> definition (the schedules whose name falls in b)
+//	dq:{name:b}:ticks          ZSET    schedule names by next tick (ms), whose job is pushed already
+//	dq:{name:b}:lastticks      HASH    schedule name -> latest tick that came
 //	dq:{name}:meta             HASH    bucket count, format, instance counter for IDs
 //	dq:{name}:paused           SET     paused topics
 //
