@@ -13,26 +13,31 @@
 //   - At least once: a popped job that is not finished within its TTR
 //     (time to run) is delivered again, with Attempts one higher, until
 //     MaxAttempts; then it goes to its topic's dead letters.
+//
 //   - Never early: due times are whole milliseconds on the Redis server's
 //     clock (TIME inside the scripts), so processes whose clocks disagree
 //     still agree on when a job is due. Only Job.RunAt carries the caller's
 //     clock.
+//
 //   - On time: the process that holds a bucket's lease sleeps until the
 //     bucket's next job is due and is woken over pub/sub by a push of an
 //     earlier one; consumers are woken when jobs become ready. When that
 //     process dies, another takes the bucket over within one lease
 //     (WithLease, default 30s); Close hands buckets over at once.
+//
 //   - Once per push: a job pushed with a caller-chosen ID exists once while
 //     that ID exists, however often it is pushed, and for its dedup window
 //     after it was finished or removed (Job.DedupWindow, WithDedupWindow).
 //     A generated ID is unique among every process that ever opens the
 //     queue, and Push returns it only once its job is stored under it.
+//
 //   - A stale consumer changes nothing: once a reservation ran out and the
 //     job went to another consumer, the first one's Retry, Touch and
 //     Release return ErrReservationLost, and so does Finish(ctx, id) when this
 //     DelayQueue's Pop returned that reservation (see Finish for the other
 //     cases). Consume extends the reservations of the jobs it runs, up to
 //     ConsumeOptions.MaxRunTime.
+//
 //   - Every change of a job is one Lua script over the keys of one bucket:
 //     atomic, safe to run twice (go-redis re-sends a command after a read
 //     timeout), and never a CROSSSLOT error on Redis Cluster.
