@@ -13,29 +13,39 @@
 //   - At least once: a popped job that is not finished within its TTR
 //     (time to run) is delivered again, with Attempts one higher, until
 //     MaxAttempts; then it goes to its topic's dead letters.
+//
 //   - Never early: due times are whole milliseconds on the Redis server's
 //     clock (TIME inside the scripts), so processes whose clocks disagree
 //     still agree on when a job is due. Only Job.RunAt carries the caller's
 //     clock.
+//
 //   - On time: the process that holds a bucket's lease sleeps until the
 //     bucket's next job is due and is woken over pub/sub by a push of an
 //     earlier one; consumers are woken when jobs become ready. When that
 //     process dies, another takes the bucket over within one lease
 //     (WithLease, default 30s); Close hands buckets over at once.
+//
 //   - Once per push: a job pushed with a caller-chosen ID exists once while
 //     that ID exists, however often it is pushed, and for its dedup window
 //     after it was finished or removed (Job.DedupWindow, WithDedupWindow).
 //     A generated ID is unique among every process that ever opens the
 //     queue, and Push returns it only once its job is stored under it.
+//
 //   - A stale consumer changes nothing: once a reservation ran out and the
 //     job went to another consumer, the first one's Retry, Touch and
 //     Release return ErrReservationLost, and so does Finish(ctx, id) when this
 //     DelayQueue's Pop returned that reservation (see Finish for the other
 //     cases). Consume extends the reservations of the jobs it runs, up to
 //     ConsumeOptions.MaxRunTime.
+//
 //   - Every change of a job is one Lua script over the keys of one bucket:
 //     atomic, safe to run twice (go-redis re-sends a command after a read
 //     timeout), and never a CROSSSLOT error on Redis Cluster.
+//
+//   - Periodic schedules (Schedule) are data in Redis, fired by any started
+//     process: each tick pushes one job, by a compare-and-set in the
+//     schedule's bucket, ahead of its time. After an outage of every
+//     process, the ticks missed give one job, then ticking resumes.
 //
 // # Limits
 //
@@ -68,6 +78,9 @@
 //	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
 //	dq:{name:b}:dedup          ZSET    tombstones: IDs of finished or removed jobs, by end of window
 //	dq:{name:b}:counts         HASH    how many jobs of each topic are delayed, ready, reserved
+//	dq:{name:b}:schedules      HASH    schedule name -> definition (the schedules whose name falls in b)
+//	dq:{name:b}:ticks          ZSET    schedule names by next tick (ms), whose job is pushed already
+//	dq:{name:b}:lastticks      HASH    schedule name -> latest tick that came
 //	dq:{name}:meta             HASH    bucket count, format, instance counter for IDs
 //	dq:{name}:paused           SET     paused topics
 //

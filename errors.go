@@ -78,6 +78,11 @@ var (
 	ErrClosed = errors.New("delayqueue: queue closed")
 	// ErrStarted is returned by Start when the queue was started already.
 	ErrStarted = errors.New("delayqueue: queue already started")
+	// ErrInvalidSchedule is returned by Schedule for a schedule it refuses:
+	// no name or a bad one, neither or both of Every and Cron, an Every
+	// under 1ms, a Cron that does not parse. A bad Job matches
+	// ErrInvalidJob too. Nothing is written to Redis.
+	ErrInvalidSchedule = errors.New("delayqueue: invalid schedule")
 )
 
 // both is an error that matches every error in errs (errors.Is, errors.As)

@@ -22,6 +22,7 @@ type bucketHandler struct {
 	mu     sync.Mutex
 	wakeAt time.Time // the earliest wake-up asked for since the last look
 	free   bool      // the lease holder released the lease
+	tickAt time.Time // when to look at the bucket's schedules (tick.go); zero: at once
 	vacant bool      // the standby lease is free
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
@@ -29,6 +30,7 @@ type bucketHandler struct {
 	trimmed   time.Time // when dead letters past their retention were last deleted
 	buried    time.Time // when expired tombstones were last deleted
 	listening bool      // subscribed to the bucket's wake channel
+	watching  time.Time // since when its steps have reached Redis, without a failure
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
@@ -42,6 +44,9 @@ func (h *bucketHandler) wake(delay time.Duration) {
 	h.mu.Lock()
 	if h.wakeAt.IsZero() || at.Before(h.wakeAt) {
 		h.wakeAt = at
+	}
+	if at.Before(h.tickAt) {
+		h.tickAt = at // a tick, perhaps
 	}
 	h.mu.Unlock()
 	h.signal()
@@ -94,7 +99,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return 0
 		}
-		h.lease.role = roleNone
+		h.lease.role, h.watching = roleNone, time.Time{}
 		h.failures++
 		if h.failures == 1 {
 			log.Warn("delayqueue: bucket handler cannot move due jobs; retrying", attrBucket, h.b, attrError, err)
@@ -109,11 +114,19 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	if h.failures > 0 || (h.lease.role == roleHolder && res.fresh) {
 		h.q.restoreRecord(ctx)
 	}
+	if h.watching.IsZero() {
+		h.watching = time.Now()
+	}
 	if h.failures > 0 {
 		log.Info("delayqueue: bucket handler moves due jobs again", attrBucket, h.b, "failures", h.failures)
 		h.failures = 0
 	}
 	was := h.lease.role
+	if res.role != roleHolder {
+		h.mu.Lock()
+		h.tickAt = time.Time{}
+		h.mu.Unlock()
+	}
 	switch res.role {
 	case roleNone:
 		return h.lease.contended(res.wait, h.q.opts.lease)
@@ -151,6 +164,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 			log.Debug("delayqueue: deleted expired dead letters", attrBucket, h.b, "deleted", n)
 		}
 	}
+	tick := h.ticks(ctx)
 	if res.moved >= h.q.opts.batch {
 		return 0 // a backlog: drain it batch by batch
 	}
@@ -158,7 +172,37 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	if res.next >= 0 && res.next < wait {
 		wait = res.next
 	}
+	if tick >= 0 && tick < wait {
+		wait = tick
+	}
 	return wait
+}
+
+// ticks fires the bucket's schedules whose tick came (tick.go), when the
+// earliest tick it knows of came, or a safety poll passed since it last
+// looked, and returns how long until that tick.
+func (h *bucketHandler) ticks(ctx context.Context) time.Duration {
+	now := time.Now()
+	h.mu.Lock()
+	at := h.tickAt
+	if at.IsZero() || !now.Before(at) {
+		h.tickAt = now.Add(h.q.opts.poll)
+	}
+	h.mu.Unlock()
+	if !at.IsZero() && now.Before(at) {
+		return time.Until(at)
+	}
+	next, err := h.q.fireTicks(ctx, h.b, h.watching)
+	if err != nil {
+		h.q.opts.logger.Warn("delayqueue: bucket handler cannot fire schedules", attrBucket, h.b, attrError, err)
+		next = retryBackoff(1)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if next >= 0 && now.Add(next).Before(h.tickAt) {
+		h.tickAt = now.Add(next)
+	}
+	return time.Until(h.tickAt)
 }
 
 // listen has the notifier carry the bucket's wake channel to this handler,

@@ -32,6 +32,9 @@ import (
 //	dq:{name:b}:standby        STRING  the token of the bucket handler that stands by to take the bucket over
 //	dq:{name:b}:paused         SET   paused topics (every bucket holds the same)
 //	dq:{name:b}:poke:<token>   LIST  a process's own key, pushed to wake its blocked pop (a moment only)
+//	dq:{name:b}:schedules      HASH  schedule name -> its definition (schedule.go), for the schedules whose name falls in the bucket
+//	dq:{name:b}:ticks          ZSET  schedule name scored by its next tick (ms), whose job is pushed already; none while paused
+//	dq:{name:b}:lastticks      HASH  schedule name -> its latest tick that came (ms)
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //
 // Each bucket also has a pub/sub channel under its tag, for the processes
@@ -50,6 +53,7 @@ type keyspace struct {
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
 	sigPrefix, standby, paused, pokePrefix                                                      string
+	schedules, ticks, lastTicks                                                                 string
 	wake                                                                                        string // channel
 }
 
@@ -72,6 +76,9 @@ func newKeyspace(name string, buckets int) keyspace {
 			standby:      prefix + "standby",
 			paused:       prefix + "paused",
 			pokePrefix:   prefix + "poke:",
+			schedules:    prefix + "schedules",
+			ticks:        prefix + "ticks",
+			lastTicks:    prefix + "lastticks",
 			wake:         prefix + "ev:wake",
 		}
 	}

@@ -75,6 +75,10 @@ const (
 	// reserved. A call that found none was work for nothing: many of them
 	// say that consumers are woken for jobs others took.
 	EventReserveCall
+	// EventTick: a schedule's tick came and the schedule was advanced (the
+	// tick's job was pushed ahead of it, JobID); Count is how many ticks
+	// came, Missed how many were skipped after an outage.
+	EventTick
 )
 
 // An Event is one thing the queue did. Which fields are set depends on
@@ -84,8 +88,12 @@ type Event struct {
 	Topic   string
 	JobID   string // all but EventMoved
 	Attempt int    // EventReserved, EventHandled, EventRetried, EventDead: the delivery's attempt
-	Count   int    // EventMoved, EventReserveCall
-	Existed bool   // EventPushed
+	Count   int    // EventMoved, EventReserveCall, EventTick
+	// Schedule and Missed are EventTick's: the schedule's name, and how
+	// many of its ticks came while no process fired it.
+	Schedule string
+	Missed   int
+	Existed  bool // EventPushed
 	// Lateness is, for EventReserved, the start of the reservation less
 	// the job's due time, both on the Redis server's clock; -1 when the due
 	// time is not known (a reserve call re-sent after a lost reply).

@@ -142,6 +142,7 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 		}
 		if due, _ := res[i+2].(int64); due > 0 {
 			job.dueAt = time.UnixMilli(due)
+			job.RunAt = job.dueAt // the due time it was delivered for
 		}
 		jobs = append(jobs, job)
 	}

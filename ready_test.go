@@ -292,7 +292,8 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		require.Len(t, first, 2)
 		for _, job := range first {
 			assert.False(t, job.dueAt.IsZero(), "the first run says when each job was due")
-			job.dueAt = time.Time{} // a run that answers from the record does not know
+			assert.True(t, job.dueAt.Equal(job.RunAt), "a popped job carries its due time")
+			job.dueAt, job.RunAt = time.Time{}, time.Time{} // a run that answers from the record does not know
 		}
 		assert.Equal(t, first, again, "the second run answers with the first one's jobs")
 		for _, job := range first {

@@ -36,6 +36,8 @@ var (
 	scriptSummary    = loadScript("summary.lua")
 	scriptList       = loadScript("list.lua")
 	scriptGet        = loadScript("get.lua")
+	scriptTicks      = loadScript("ticks.lua")
+	scriptSchedule   = loadScript("schedule.lua")
 )
 
 // A luaScript is one script file in the two forms a server may need. A

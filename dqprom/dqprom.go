@@ -100,7 +100,7 @@ type Metrics struct {
 	opts Options
 
 	pushed, moved, delivered, finished, retried, dead *prometheus.CounterVec
-	reserveCalls                                      *prometheus.CounterVec
+	reserveCalls, ticks, missed                       *prometheus.CounterVec
 	lateness, duration                                *prometheus.HistogramVec
 
 	// topics maps a topic to its series, so that an event looks its
@@ -151,6 +151,9 @@ func New(opts Options) *Metrics {
 	m.dead = counter("delayqueue_jobs_dead_total", "Jobs sent to the dead letters.")
 	m.reserveCalls = counter("delayqueue_reserve_calls_total",
 		`Reserve calls this process made; found="false" when one reserved nothing (work for nothing).`, "found")
+	m.ticks = counter("delayqueue_schedule_ticks_total", "Ticks of schedules that came and were fired, by their job's topic.")
+	m.missed = counter("delayqueue_schedule_ticks_missed_total",
+		"Ticks of schedules skipped because no started process reached Redis at their time.")
 	m.lateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        "delayqueue_delivery_lateness_seconds",
 		Help:        "How long after its due time a job was reserved, on the Redis server's clock.",
@@ -202,6 +205,9 @@ func (m *Metrics) Observe(_ context.Context, e delayqueue.Event) {
 		} else {
 			s.callsEmpty.Inc()
 		}
+	case delayqueue.EventTick: // rare: no cached series
+		m.ticks.WithLabelValues(e.Topic).Add(float64(e.Count))
+		m.missed.WithLabelValues(e.Topic).Add(float64(e.Missed))
 	case delayqueue.EventHandled:
 		if e.Err == nil {
 			s.durationOK.Observe(e.Duration.Seconds())
@@ -245,7 +251,7 @@ func (m *Metrics) series(topic string) *topicSeries {
 
 // collectors are the vectors, for Describe and Collect.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.lateness, m.duration}
+	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.ticks, m.missed, m.lateness, m.duration}
 }
 
 // Describe sends the descriptors of the counters and histograms.

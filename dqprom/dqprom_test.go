@@ -181,3 +181,15 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+func TestScheduleTicksFiredAndMissedAreCounted(t *testing.T) {
+	m := dqprom.New(dqprom.Options{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	ctx := context.Background()
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventTick, Topic: "t", Schedule: "s", Count: 1})
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventTick, Topic: "t", Schedule: "s", Count: 1, Missed: 59})
+	got := scrape(t, reg)
+	assert.Equal(t, 2.0, value(t, got, "delayqueue_schedule_ticks_total", "topic", "t"))
+	assert.Equal(t, 59.0, value(t, got, "delayqueue_schedule_ticks_missed_total", "topic", "t"))
+}

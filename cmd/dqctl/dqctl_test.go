@@ -481,3 +481,21 @@ func TestPrintableKeepsTheTerminalHonest(t *testing.T) {
 		assert.Equal(t, ok, printable([]byte(body)), "%q", body)
 	}
 }
+
+func TestSchedulesListPauseResumeRemove(t *testing.T) {
+	f := serverFixture(t)
+	ctx := context.Background()
+	require.NoError(t, f.q.Schedule(ctx, delayqueue.Schedule{Name: "digest", Every: time.Hour, Job: delayqueue.Job{Topic: "mail"}}))
+	out := f.ok(t, "schedules")
+	assert.Contains(t, out, "NAME")
+	assert.Contains(t, out, "digest")
+	assert.Contains(t, out, "1h0m0s")
+	assert.Equal(t, "paused schedule digest\n", f.ok(t, "schedules", "pause", "digest"))
+	var rows []map[string]any
+	f.json(t, &rows, "schedules")
+	require.Len(t, rows, 1)
+	assert.Equal(t, true, rows[0]["paused"])
+	assert.Equal(t, "resumed schedule digest\n", f.ok(t, "schedules", "resume", "digest"))
+	assert.Equal(t, "removed schedule digest\n", f.ok(t, "schedules", "remove", "digest"))
+	assert.NotEqual(t, 0, f.run(t, "schedules", "remove", "digest").code)
+}

@@ -172,7 +172,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.statsCommand(), a.topicsCommand(), a.watchCommand(),
 		a.listCommand(), a.getCommand(), a.pushCommand(), a.removeCommand(),
 		a.requeueCommand(), a.purgeCommand(), a.pauseCommand(), a.resumeCommand(),
-		a.serveCommand(),
+		a.serveCommand(), a.schedulesCommand(),
 	)
 	return root
 }
