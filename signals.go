@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,8 +14,9 @@ import (
 
 // Waiting for ready jobs. Every job made ready adds a ready signal to its
 // topic's signal list in its bucket (job.lua). A process whose consumers
-// wait blocks on those lists with BLPOP, and Redis hands each signal to one
-// blocked client: a job wakes one consumer, in whichever process, however
+// wait blocks on those lists with BLMPOP (BLPOP where the server has none),
+// taking up to one signal per waiting consumer, and Redis hands each signal
+// to one blocked client: a job wakes one consumer, in whichever process, however
 // many wait. One blocked call waits for every topic the process's consumers
 // wait for: one per bucket on a Cluster (a call's keys share a slot), one
 // in all elsewhere, so a process holds a handful of connections however
@@ -50,6 +53,9 @@ type waits struct {
 
 	mu     sync.Mutex
 	topics map[string]*topicWait
+	// oneAtATime: the server has no BLMPOP (miniredis, Redis before 7):
+	// a blocked call takes one signal.
+	oneAtATime atomic.Bool
 }
 
 // topicWait is what the consumers of one topic in this process wait for.
@@ -420,13 +426,20 @@ func (w *waits) resumePaused() {
 	}
 }
 
+// maxTake is the most signals one blocked call takes.
+const maxTake = 64
+
 // wanted returns the keys group g waits on now: the signal lists of the
 // topics that consumers wait for (not paused, no signal held), and its poke
 // key; nil when it waits for none. It records them as the call under way.
-func (w *waits) wanted(g *waitGroup) map[string]sigKey {
+// n is how many signals the call may take: one per waiting consumer of
+// those topics, so that a burst of jobs made ready together wakes as many
+// consumers of one process with one reply, and their reserve calls go
+// together.
+func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	keys := map[string]sigKey{}
+	keys = map[string]sigKey{}
 	for topic, tw := range w.topics {
 		if len(tw.waiters) == 0 || tw.paused {
 			continue
@@ -436,13 +449,37 @@ func (w *waits) wanted(g *waitGroup) map[string]sigKey {
 				keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
 			}
 		}
+		n += len(tw.waiters)
 	}
 	if len(keys) == 0 {
-		return nil
+		return nil, 0
 	}
 	keys[g.poke] = sigKey{bucket: -1}
 	g.keys, g.poked = keys, false
-	return keys
+	return keys, min(max(n, 1), maxTake)
+}
+
+// take waits for signals on names, and returns the list they came from
+// and the signals taken: redis.Nil when none came within blockFor.
+func (w *waits) take(names []string, n int) (string, []string, error) {
+	if !w.oneAtATime.Load() {
+		key, vals, err := w.q.client.BLMPop(w.ctx, blockFor, "left", int64(n), names...).Result()
+		if err == nil || !isUnknownCommand(err) {
+			return key, vals, err
+		}
+		w.oneAtATime.Store(true)
+	}
+	res, err := w.q.client.BLPop(w.ctx, blockFor, names...).Result()
+	if err != nil {
+		return "", nil, err
+	}
+	return res[0], res[1:], nil
+}
+
+// isUnknownCommand reports whether err is a server's refusal of a command
+// it does not have.
+func isUnknownCommand(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
 
 // block runs group g's blocked calls until the waits close: each waits for
@@ -453,7 +490,7 @@ func (w *waits) block(g *waitGroup) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for w.ctx.Err() == nil {
-		keys := w.wanted(g)
+		keys, n := w.wanted(g)
 		if keys == nil {
 			select {
 			case <-g.changed:
@@ -466,16 +503,18 @@ func (w *waits) block(g *waitGroup) {
 		for k := range keys {
 			names = append(names, k)
 		}
-		res, err := w.q.client.BLPop(w.ctx, blockFor, names...).Result()
+		key, signals, err := w.take(names, n)
 		w.mu.Lock()
 		g.keys = nil
 		w.mu.Unlock()
 		switch {
-		case err == nil && len(res) == 2:
+		case err == nil:
 			failures = 0
-			if k, ok := keys[res[0]]; ok && k.bucket >= 0 {
+			if k, ok := keys[key]; ok && k.bucket >= 0 {
 				w.mu.Lock()
-				w.deliverLocked(k.bucket, k.topic)
+				for range signals {
+					w.deliverLocked(k.bucket, k.topic)
+				}
 				w.mu.Unlock()
 			}
 		case errors.Is(err, redis.Nil):
