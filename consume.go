@@ -289,7 +289,7 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 		cancelCause(cause)
 		cancelDeadline()
 	}
-	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, reservation: job.reservation, queue: job.queue},
+	r := &running{ref: &Job{ID: job.ID, Topic: job.Topic, TTR: job.TTR, reservation: job.reservation, queue: job.queue, grant: job.grant},
 		cancel: cancel, renewed: sent, stop: now.Add(maxRun)}
 	c.mu.Lock()
 	c.running[job] = r
@@ -321,6 +321,7 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	switch {
 	case err == nil:
 		err = c.q.finish(sctx, job.ID, job.reservation, job.Topic)
+		c.q.settledGrant(sctx, job.Topic, job.grant, err)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed
 	default:

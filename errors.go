@@ -51,6 +51,8 @@ var (
 	// to 200 bytes with no control characters, and only the IDs the queue
 	// generates begin with "~".
 	ErrInvalidID = errors.New("delayqueue: invalid job id")
+	// ErrInvalidLimits is returned by SetLimits for limits out of range.
+	ErrInvalidLimits = errors.New("delayqueue: invalid limits")
 	// ErrInvalidOption is returned by New for an option out of range.
 	ErrInvalidOption = errors.New("delayqueue: invalid option")
 	// ErrBucketMismatch is returned by New when the queue's data in Redis was

@@ -75,6 +75,11 @@ const (
 	// reserved. A call that found none was work for nothing: many of them
 	// say that consumers are woken for jobs others took.
 	EventReserveCall
+	// EventLimited: a consumer of Topic waits at the topic's limits (see
+	// SetLimits) until capacity returns.
+	EventLimited
+	// EventSnoozed: a job was put back by Snooze, its attempt not counted.
+	EventSnoozed
 )
 
 // An Event is one thing the queue did. Which fields are set depends on

@@ -189,6 +189,25 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	var timer *time.Timer
 	signal := -1 // a bucket whose signal was taken for this consumer
 	for {
+		// A limited topic's consumer takes grants first, and reserves no
+		// more jobs than granted (grants.go).
+		g, wait, full, err := q.acquire(ctx, topic, want)
+		if err == nil && g != nil && g.n == 0 {
+			if signal >= 0 {
+				w.unused(topic, signal) // for a consumer that gets capacity
+				signal = -1
+			}
+			if err = q.awaitCapacity(ctx, topic, wait, full, deadline); err == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		want := want
+		if g != nil {
+			want = g.n
+		}
 		var looks []look
 		if signal >= 0 {
 			looks = append(looks, look{b: signal, n: want, held: 1})
@@ -220,11 +239,14 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				// error is logged here and met again on its next pop.
 				q.opts.logger.Warn("delayqueue: cannot pop from a bucket; returning the jobs reserved so far",
 					attrTopic, topic, attrBucket, l.b, attrError, err)
+				q.bind(ctx, g, got)
 				return got, nil
 			case err != nil:
+				q.bind(ctx, g, nil)
 				return nil, err
 			}
 		}
+		q.bind(ctx, g, got)
 		if len(got) > 0 {
 			return got, nil
 		}

@@ -36,6 +36,8 @@ var (
 	scriptSummary    = loadScript("summary.lua")
 	scriptList       = loadScript("list.lua")
 	scriptGet        = loadScript("get.lua")
+	scriptAcquire    = loadScript("acquire.lua")
+	scriptGiveBack   = loadScript("giveback.lua")
 )
 
 // A luaScript is one script file in the two forms a server may need. A
