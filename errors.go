@@ -32,9 +32,9 @@ var (
 	// Deprecated: use ErrReservationLost. A lease, in this package, is a
 	// bucket handler's hold on its bucket (WithLease).
 	ErrLeaseLost = ErrReservationLost
-	// ErrNotPending is returned by RescheduleIn, RescheduleAt and Upsert for
-	// a job that is reserved or dead: only delayed and ready jobs can be
-	// moved or replaced.
+	// ErrNotPending is returned by RescheduleIn and RescheduleAt for a job
+	// that is reserved or dead, and by Upsert for a reserved job (without
+	// ReplaceReserved): only delayed and ready jobs can be moved.
 	ErrNotPending = errors.New("delayqueue: job not pending")
 	// ErrInvalidJob is returned for a job that cannot be pushed: nil, a bad
 	// topic or ID, a negative delay or TTR, a body over the limit. Nothing is

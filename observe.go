@@ -62,7 +62,7 @@ const (
 	EventReserved
 	// EventFinished: a job was finished.
 	EventFinished
-	// EventRetried: a job was retried (or snoozed); Err is the cause.
+	// EventRetried: a job was retried; Err is the cause.
 	EventRetried
 	// EventDead: a job went to the dead letters through Retry or a
 	// handler's error; Err is the cause.
@@ -78,7 +78,8 @@ const (
 	// EventLimited: a consumer of Topic waits at the topic's limits (see
 	// SetLimits) until capacity returns.
 	EventLimited
-	// EventSnoozed: a job was put back by Snooze, its attempt not counted.
+	// EventSnoozed: a job was put back by Snooze, its attempt not counted;
+	// its EventHandled (under Consume) carries the SnoozeError.
 	EventSnoozed
 )
 

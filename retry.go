@@ -148,8 +148,11 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	}
 	q.held.settled(job.ID, job.reservation)
 	kind := EventRetried
-	if res[0] == 2 {
+	switch {
+	case res[0] == 2:
 		kind = EventDead
+	case mode == retrySnooze:
+		kind = EventSnoozed
 	}
 	q.observe(ctx, Event{Kind: kind, Topic: job.Topic, JobID: job.ID, Attempt: job.Attempts, Err: cause})
 	return nil
