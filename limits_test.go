@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -268,4 +271,54 @@ func TestConsumersNeverExceedTheRate(t *testing.T) {
 			assert.LessOrEqual(t, n, rate, "reservations within %v from the %d-th", window, i)
 		}
 	})
+}
+
+// limitedHandler is the handler of the "limited" helper processes: it
+// counts the handlers running in every process in Redis (name:running),
+// records each count it saw (name:seen) and the jobs done (name:done).
+func limitedHandler(c redis.UniversalClient, name string) Handler {
+	return func(ctx context.Context, job *Job) error {
+		n, err := c.Incr(ctx, name+":running").Result()
+		if err != nil {
+			return err
+		}
+		defer c.Decr(context.WithoutCancel(ctx), name+":running")
+		c.RPush(ctx, name+":seen", n)
+		time.Sleep(5 * time.Millisecond) // the work
+		c.Incr(ctx, name+":done")
+		return nil
+	}
+}
+
+// TestProcessesNeverExceedConcurrencyAndAKilledOnesCapacityComesBack: a
+// process holding two of three grants is killed; three others consume the
+// backlog, counting in Redis how many handlers run at once.
+func TestProcessesNeverExceedConcurrencyAndAKilledOnesCapacityComesBack(t *testing.T) {
+	s, name, q := startedQueue(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	const conc, n = 3, 200
+	require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: conc}))
+	pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", TTR: time.Second} })
+	holder := startChild(t, "hold", s.Addr, name, "DQ_N=2")
+	holder.expect(t, "held 2")
+	holder.signal(t, syscall.SIGKILL)
+	for range 3 {
+		startChild(t, "limited", s.Addr, name).expect(t, "started")
+	}
+	require.Eventually(t, func() bool {
+		done, _ := c.Get(ctx, name+":done").Int()
+		return done >= n
+	}, 2*time.Minute, 20*time.Millisecond, "every job done, the killed process's two among them")
+	seen, err := c.LRange(ctx, name+":seen", 0, -1).Result()
+	require.NoError(t, err)
+	most := 0
+	for _, v := range seen {
+		k, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		most = max(most, k)
+	}
+	t.Logf("at most %d handlers ran at once, of %d runs", most, len(seen))
+	assert.LessOrEqual(t, most, conc)
+	assert.GreaterOrEqual(t, len(seen), n)
 }
