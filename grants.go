@@ -143,7 +143,7 @@ func (q *DelayQueue) giveBackNow(ctx context.Context, gb *giveBack) {
 
 // giveBackLane coalesces the grants given back: one script call per topic.
 func (q *DelayQueue) giveBackLane() *batch.Lane[*giveBack] {
-	return batch.NewLane(maxPipelinedCalls, 1, q.flushGiveBacks)
+	return batch.NewLane(maxPipelinedCalls, 2, q.flushGiveBacks)
 }
 
 func (q *DelayQueue) flushGiveBacks(ctx context.Context, reqs []*batch.Request[*giveBack]) {
