@@ -306,6 +306,12 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 // the next job.
 func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	err := c.call(ctx, job)
+	if job.grant != "" {
+		// Its grant is about to come free: this process's fetch waits
+		// for it rather than for Redis.
+		c.q.limiter.settling(job.Topic, 1)
+		defer c.q.limiter.settling(job.Topic, -1)
+	}
 	returned()
 	r, ours := c.finished(job)
 	if r != nil {

@@ -27,12 +27,18 @@ const grantSlack = time.Second
 type grant struct {
 	topic    string
 	call     string
+	handed   string // or the one grant handed over by a settled job (renew)
 	n        int
 	deadline int64
 }
 
 // name is the name of grant i (from 1).
-func (g *grant) name(i int) string { return g.call + ":" + strconv.Itoa(i) }
+func (g *grant) name(i int) string {
+	if g.handed != "" {
+		return g.handed
+	}
+	return g.call + ":" + strconv.Itoa(i)
+}
 
 // acquire takes up to want grants of topic. It returns a nil grant when
 // the topic has no limits. When none is granted, wait is how long until
@@ -54,7 +60,7 @@ func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *gr
 	// from its record, and grants nothing twice.
 	q.resendUnanswered(ctx, calls, resendWindow)
 	res, err := calls[0].cmd.Int64Slice()
-	if err == nil && len(res) != 4 {
+	if err == nil && len(res) != 5 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
@@ -66,6 +72,7 @@ func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *gr
 	if res[0] > 0 {
 		q.limiter.answered(q.keys.grantRecord(call))
 	}
+	q.limiter.rated(topic, res[4] == 1)
 	return &grant{topic: topic, call: call, n: int(res[0]), deadline: res[1]},
 		time.Duration(res[2]) * time.Millisecond, res[3] == 1, nil
 }
@@ -99,7 +106,12 @@ func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
 // held. After another error the job may still be reserved: its grant
 // runs out with its reservation.
 func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err error) {
-	if grant != "" && (err == nil || errors.Is(err, ErrReservationLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotReserved)) {
+	if grant == "" || !(err == nil || errors.Is(err, ErrReservationLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotReserved)) {
+		return
+	}
+	// A consumer of this process waiting at the limit takes the grant
+	// over: no round trip to give it back, none to wake, none to take it.
+	if !q.limiter.handOver(topic, grant) {
 		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
 	}
 }
@@ -184,67 +196,142 @@ func (q *DelayQueue) flushGiveBacks(ctx context.Context, reqs []*batch.Request[*
 // awaitCapacity waits at topic's limit, after an acquire granted nothing:
 // until a grant is given back (full: Redis hands the wake-up to one waiting
 // consumer, in whichever process), until wait (when the next capacity is
-// due), or until the limits change. It returns ErrNoJob at until (the
-// pop's deadline), ctx.Err() when ctx ends and ErrClosed when the queue
-// closes. Only a wait for given-back grants talks to Redis: one blocked
-// call.
-func (q *DelayQueue) awaitCapacity(ctx context.Context, topic string, wait time.Duration, full bool, until time.Time) error {
+// due), until the limits change, or until a job of this process settles
+// and hands its grant over (returned: the grant's name). It returns
+// ErrNoJob at until (the pop's deadline), ctx.Err() when ctx ends and
+// ErrClosed when the queue closes. Only a wait for given-back grants talks
+// to Redis: one blocked call.
+func (q *DelayQueue) awaitCapacity(ctx context.Context, topic string, wait time.Duration, full bool, until time.Time) (string, error) {
 	remaining := time.Until(until)
 	if remaining <= 0 {
-		return ErrNoJob
+		return "", ErrNoJob
 	}
 	if wait < 0 || wait > blockFor {
 		wait = blockFor
 	}
 	d := min(wait, remaining)
 	lw := q.limiter.enter(topic, q.keys.limitPoke(q.callName()))
-	defer q.limiter.leave(topic, lw)
+	var handed string
+	defer func() {
+		// A grant handed over after the wait ended goes back.
+		if g := q.limiter.leave(topic, lw); g != "" {
+			q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{g}})
+		}
+	}()
 	q.observe(ctx, Event{Kind: EventLimited, Topic: topic})
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	var blocked chan error
-	if full {
+	free := q.keys.limit(topic).free
+	var blocked chan blpopResult
+	if full && !q.limiter.expects(topic) {
 		// Ended by a wake-up, a poke at d, at ctx's end or at Close (the
 		// call does not end with its context).
-		blocked = make(chan error, 1)
-		defer func() { <-blocked }()
+		blocked = make(chan blpopResult, 1)
 		go func() {
 			secs := math.Ceil(d.Seconds()) + 1
-			_, err := q.client.BLPop(context.WithoutCancel(ctx), time.Duration(secs)*time.Second,
-				q.keys.limit(topic).free, lw.poke).Result()
-			blocked <- err
+			res, err := q.client.BLPop(context.WithoutCancel(ctx), time.Duration(secs)*time.Second, free, lw.poke).Result()
+			blocked <- blpopResult{res, err}
 		}()
-		select {
-		case err := <-blocked:
-			blocked <- err // for the deferred wait
-			if err != nil && !errors.Is(err, redis.Nil) {
-				q.noteError(ctx, err)
-				return fmt.Errorf("delayqueue: wait for capacity of %q: %w", topic, redisError(err))
-			}
-			return nil
-		case <-ctx.Done():
-		case <-q.done:
-		case <-lw.wake:
-		case <-timer.C:
+	}
+	select {
+	case r := <-blocked:
+		if r.err != nil && !errors.Is(r.err, redis.Nil) {
+			q.noteError(ctx, r.err)
+			return "", fmt.Errorf("delayqueue: wait for capacity of %q: %w", topic, redisError(r.err))
 		}
+		return "", nil
+	case handed = <-lw.handed:
+	case <-ctx.Done():
+	case <-q.done:
+	case <-lw.wake:
+	case <-timer.C:
+	}
+	if blocked != nil {
 		q.pokeKeys([]string{lw.poke})
-	} else {
-		select {
-		case <-ctx.Done():
-		case <-q.done:
-		case <-lw.wake:
-		case <-timer.C:
+		// A wake-up the call took after all is passed on to another
+		// consumer; with a grant in hand, not waited for.
+		passOn := func() {
+			if r := <-blocked; r.err == nil && len(r.res) == 2 && r.res[0] == free {
+				q.pokeKeys([]string{free})
+			}
+		}
+		if handed != "" {
+			go passOn()
+		} else {
+			passOn()
 		}
 	}
 	switch {
+	case handed != "":
+		return handed, nil
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return "", ctx.Err()
 	case q.closed.Load():
-		return ErrClosed
+		return "", ErrClosed
 	case !time.Now().Before(until):
-		return ErrNoJob
+		return "", ErrNoJob
 	}
-	return nil
+	return "", nil
+}
+
+type blpopResult struct {
+	res []string
+	err error
+}
+
+// renew makes grant name, handed over by a job of this process that
+// settled, a grant for the next reservation (renew.lua), while the caller
+// reserves already: the grant it returns is known good once renewed says
+// so (bindRenewed). A grant that cannot be renewed (the limits changed, or
+// it ran out) is given back by the script.
+func (q *DelayQueue) renew(ctx context.Context, topic, name string) (*grant, chan error) {
+	g := &grant{topic: topic, handed: name, n: 1}
+	renewed := make(chan error, 1)
+	go func() {
+		lk := q.keys.limit(topic)
+		hold := q.limiter.hold(topic, q.opts.ttr) + grantSlack
+		calls := []*scriptCall{{script: scriptRenew, keys: []string{q.keys.limits(), lk.run, lk.free},
+			args: []any{topic, name, hold.Milliseconds()}}}
+		q.sendCalls(ctx, calls)
+		res, err := calls[0].cmd.Int64Slice()
+		switch {
+		case err == nil && len(res) != 2:
+			err = fmt.Errorf("unexpected reply %v", res)
+		case err == nil && res[0] != 1:
+			err = errNotRenewed
+		case err == nil:
+			g.deadline = res[1]
+		}
+		if err != nil && err != errNotRenewed {
+			err = fmt.Errorf("delayqueue: renew capacity of %q: %w", topic, err)
+		}
+		renewed <- err
+	}()
+	return g, renewed
+}
+
+var errNotRenewed = errors.New("delayqueue: grant not renewed")
+
+// bindRenewed binds g to jobs, as bind does, once its renewal (if any)
+// came through; when it did not, the jobs reserved with it are released
+// to ready at once, and it reports false.
+func (q *DelayQueue) bindRenewed(ctx context.Context, g *grant, renewed chan error, jobs []*Job) bool {
+	if renewed != nil {
+		if err := <-renewed; err != nil {
+			if err != errNotRenewed {
+				q.opts.logger.Warn("delayqueue: cannot renew capacity; taking it anew", attrTopic, g.topic, attrError, err)
+			}
+			for _, job := range jobs {
+				if err := q.release(context.WithoutCancel(ctx), job); err != nil {
+					q.opts.logger.Warn("delayqueue: cannot release a job reserved without capacity; it comes back after its TTR",
+						attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
+				}
+			}
+			return false
+		}
+	}
+	q.bind(ctx, g, jobs)
+	return true
 }
 
 // pokeKeys pushes the keys of consumers waiting at a limit, to end their

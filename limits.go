@@ -190,13 +190,16 @@ type limiter struct {
 	readAt  time.Time
 	waiting map[string]map[*limitWaiter]bool // by topic
 	ttr     map[string]time.Duration         // by topic: the longest TTR of its jobs seen
+	unrated map[string]bool                  // topics with no Rate, as the last acquire said
+	settles map[string]int                   // by topic: jobs with grants whose handlers returned, being settled
 	records []string                         // acquire calls answered, whose records can go
 }
 
 // limitWaiter is a consumer waiting at its topic's limit.
 type limitWaiter struct {
-	poke string        // its own key, pushed to end a blocked wait
-	wake chan struct{} // buffered: the limits changed
+	poke   string        // its own key, pushed to end a blocked wait
+	wake   chan struct{} // buffered: the limits changed
+	handed chan string   // buffered: a grant handed over by a settled job
 }
 
 // isLimited reports whether topic has limits, as read at most limitRefresh
@@ -249,7 +252,7 @@ func (lm *limiter) changed(topic string) []string {
 
 // enter enlists a consumer waiting at topic's limit, whose own key is poke.
 func (lm *limiter) enter(topic, poke string) *limitWaiter {
-	lw := &limitWaiter{poke: poke, wake: make(chan struct{}, 1)}
+	lw := &limitWaiter{poke: poke, wake: make(chan struct{}, 1), handed: make(chan string, 1)}
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
 	if lm.waiting == nil {
@@ -262,13 +265,82 @@ func (lm *limiter) enter(topic, poke string) *limitWaiter {
 	return lw
 }
 
-func (lm *limiter) leave(topic string, lw *limitWaiter) {
+// leave takes lw off the waiters; it returns a grant handed to lw that
+// it did not take ("" for none).
+func (lm *limiter) leave(topic string, lw *limitWaiter) string {
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
 	delete(lm.waiting[topic], lw)
 	if len(lm.waiting[topic]) == 0 {
 		delete(lm.waiting, topic)
 	}
+	select {
+	case g := <-lw.handed:
+		return g
+	default:
+		return ""
+	}
+}
+
+// handOver gives grant, of a job just settled, to a consumer of topic
+// waiting at its limit, when the topic has no Rate; it reports whether
+// one took it.
+func (lm *limiter) handOver(topic, grant string) bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if !lm.unrated[topic] {
+		return false
+	}
+	for lw := range lm.waiting[topic] {
+		select {
+		case lw.handed <- grant:
+			delete(lm.waiting[topic], lw) // one grant each
+			return true
+		default:
+		}
+	}
+	return false
+}
+
+// settling counts a job of topic with a grant whose handler returned
+// (+1), until it is settled (-1): meanwhile a consumer of the process
+// that waits for capacity expects its grant, and waits without a call
+// (awaitCapacity).
+func (lm *limiter) settling(topic string, n int) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if lm.settles == nil {
+		lm.settles = map[string]int{}
+	}
+	lm.settles[topic] += n
+	if lm.settles[topic] > 0 {
+		return
+	}
+	delete(lm.settles, topic)
+	for lw := range lm.waiting[topic] {
+		select {
+		case lw.wake <- struct{}{}: // none to expect: they take grants anew
+		default:
+		}
+	}
+}
+
+// expects reports whether a job of topic being settled may hand its grant
+// to a consumer of this process that waits.
+func (lm *limiter) expects(topic string) bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	return lm.unrated[topic] && lm.settles[topic] > 0
+}
+
+// rated records whether topic has a Rate, as an acquire call said.
+func (lm *limiter) rated(topic string, rated bool) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if lm.unrated == nil {
+		lm.unrated = map[string]bool{}
+	}
+	lm.unrated[topic] = !rated
 }
 
 // hold is how long a grant of topic lasts before it is bound to a job:

@@ -191,14 +191,27 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	for {
 		// A limited topic's consumer takes grants first, and reserves no
 		// more jobs than granted (grants.go).
-		g, wait, full, err := q.acquire(ctx, topic, want)
-		if err == nil && g != nil && g.n == 0 {
+		var g *grant
+		var wait time.Duration
+		var full bool
+		if q.limiter.expects(topic) {
+			g, wait, full = &grant{topic: topic}, -1, true // a settling job's grant may come
+		} else {
+			g, wait, full, err = q.acquire(ctx, topic, want)
+		}
+		var renewed chan error // a grant handed over, being renewed
+		for err == nil && g != nil && g.n == 0 {
 			if signal >= 0 {
 				w.unused(topic, signal) // for a consumer that gets capacity
 				signal = -1
 			}
-			if err = q.awaitCapacity(ctx, topic, wait, full, deadline); err == nil {
-				continue
+			var handed string
+			if handed, err = q.awaitCapacity(ctx, topic, wait, full, deadline); err == nil {
+				if handed == "" {
+					g, wait, full, err = q.acquire(ctx, topic, want)
+				} else {
+					g, renewed = q.renew(ctx, topic, handed)
+				}
 			}
 		}
 		if err != nil {
@@ -239,14 +252,18 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				// error is logged here and met again on its next pop.
 				q.opts.logger.Warn("delayqueue: cannot pop from a bucket; returning the jobs reserved so far",
 					attrTopic, topic, attrBucket, l.b, attrError, err)
-				q.bind(ctx, g, got)
+				if !q.bindRenewed(ctx, g, renewed, got) {
+					return nil, err
+				}
 				return got, nil
 			case err != nil:
-				q.bind(ctx, g, nil)
+				q.bindRenewed(ctx, g, renewed, nil)
 				return nil, err
 			}
 		}
-		q.bind(ctx, g, got)
+		if !q.bindRenewed(ctx, g, renewed, got) {
+			continue
+		}
 		if len(got) > 0 {
 			return got, nil
 		}

@@ -38,6 +38,7 @@ var (
 	scriptGet        = loadScript("get.lua")
 	scriptAcquire    = loadScript("acquire.lua")
 	scriptGiveBack   = loadScript("giveback.lua")
+	scriptRenew      = loadScript("renew.lua")
 )
 
 // A luaScript is one script file in the two forms a server may need. A
