@@ -322,3 +322,48 @@ func TestProcessesNeverExceedConcurrencyAndAKilledOnesCapacityComesBack(t *testi
 	assert.LessOrEqual(t, most, conc)
 	assert.GreaterOrEqual(t, len(seen), n)
 }
+
+// TestLoweredLimitsHoldForAGrantHandedOver: a job settled in the process
+// of a waiting Pop hands its grant over, but a grant over lowered limits is
+// not renewed: the waiting Pop gets a job only once capacity is free.
+func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		a := newQueue(t, be.client, WithName(name))
+		b := newQueue(t, be.client, WithName(name))
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 2}))
+		for range 4 {
+			pushed(t, a, &Job{Topic: "t"})
+		}
+		j1, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		j2, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		got := make(chan *Job, 1)
+		go func() {
+			job, err := a.Pop(ctx, "t", time.Minute)
+			assert.NoError(t, err)
+			got <- job
+		}()
+		require.Eventually(t, func() bool {
+			a.limiter.mu.Lock()
+			defer a.limiter.mu.Unlock()
+			return len(a.limiter.waiting["t"]) == 1
+		}, 30*time.Second, time.Millisecond, "the Pop waits at the limit")
+		require.NoError(t, b.SetLimits(ctx, "t", Limits{Concurrency: 1}))
+		require.NoError(t, a.Finish(ctx, j1.ID)) // its grant goes to the waiting Pop, which cannot renew it
+		_, err = b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "j2 holds the one grant")
+		require.NoError(t, a.Finish(ctx, j2.ID))
+		j3 := <-got
+		require.NotNil(t, j3)
+		u, err := a.limitUsage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, u["t"].Running)
+		c, err := a.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 1, c.Reserved)
+		require.NoError(t, a.Finish(ctx, j3.ID))
+	})
+}
