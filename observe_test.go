@@ -20,6 +20,9 @@ type recorder struct {
 }
 
 func (r *recorder) Observe(_ context.Context, e Event) {
+	if e.Kind == EventReserveCall {
+		return // one per reserve call, not per step of a job
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
