@@ -28,6 +28,8 @@
 //	delayqueue_jobs{state}                       jobs by state: delayed, ready, reserved, dead
 //	delayqueue_oldest_ready_seconds              how long the oldest ready job has waited since it was due
 //	delayqueue_paused                            1 while the topic is paused, else 0
+//	delayqueue_limit{kind}                       a limited topic's limit: kind "concurrency" or "rate" (per its window)
+//	delayqueue_limit_used{kind}                  how much of it is in use: grants held, reservations in the window
 //	delayqueue_up                                1 when the last read of Redis succeeded, else 0 (no topic label)
 //	delayqueue_overview_duration_seconds         how long that read took (no topic label)
 //
