@@ -289,7 +289,7 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 		cancelCause(cause)
 		cancelDeadline()
 	}
-	r := &running{ref: &Job{ID: job.ID, TTR: job.TTR, reservation: job.reservation, queue: job.queue},
+	r := &running{ref: &Job{ID: job.ID, Topic: job.Topic, TTR: job.TTR, reservation: job.reservation, queue: job.queue, grant: job.grant},
 		cancel: cancel, renewed: sent, stop: now.Add(maxRun)}
 	c.mu.Lock()
 	c.running[job] = r
@@ -306,6 +306,12 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 // the next job.
 func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	err := c.call(ctx, job)
+	if job.grant != "" {
+		// Its grant is about to come free: this process's fetch waits
+		// for it rather than for Redis.
+		c.q.limiter.settling(job.Topic, 1)
+		defer c.q.limiter.settling(job.Topic, -1)
+	}
 	returned()
 	r, ours := c.finished(job)
 	if r != nil {
@@ -321,6 +327,7 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	switch {
 	case err == nil:
 		err = c.q.finish(sctx, job.ID, job.reservation, job.Topic)
+		c.q.settledGrant(sctx, job.Topic, job.grant, err)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed
 	default:
@@ -349,7 +356,12 @@ func (c *consumer) call(ctx context.Context, job *Job) (err error) {
 		}
 	}()
 	err = c.handler(ctx, job)
-	if err != nil && c.ctx.Err() == nil {
+	var snooze *SnoozeError
+	switch {
+	case err == nil || c.ctx.Err() != nil:
+	case errors.As(err, &snooze): // not a failure
+		c.q.opts.logger.Debug("delayqueue: handler snoozed its job", attrTopic, job.Topic, attrJobID, job.ID, "delay", snooze.Delay)
+	default:
 		c.q.opts.logger.Warn("delayqueue: handler failed", attrTopic, job.Topic, attrJobID, job.ID,
 			attrAttempt, job.Attempts, attrError, err)
 	}

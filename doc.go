@@ -83,6 +83,15 @@
 //	dq:{name:b}:lastticks      HASH    schedule name -> latest tick that came
 //	dq:{name}:meta             HASH    bucket count, format, instance counter for IDs
 //	dq:{name}:paused           SET     paused topics
+//	dq:{name}:limits           HASH    topic -> its limits (SetLimits)
+//	dq:{name}:lim:...          ZSETs and LISTs of each limited topic's grants (keys.go)
+//
+// A topic's limits live in the queue's own slot, not in the buckets': a
+// consumer of a limited topic first takes grants there (no more than the
+// limits leave, counted for every process), then reserves at most that
+// many jobs from the buckets, wherever they are, and gives each grant back
+// when its job is settled; a grant whose job's reservation ran out is
+// dropped, so a process that dies gives its capacity back after the TTR.
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.
@@ -124,7 +133,8 @@
 //   - seeing inside: inspect.go reads the counts per topic and state
 //     that every script keeps (Overview, Counts, Topics); list.go lists
 //     a topic's jobs by state, a bounded step at a time (List); pause.go
-//     pauses a topic.
+//     pauses a topic; limits.go and grants.go hold a topic to its limits
+//     (SetLimits).
 //   - observe.go and middleware.go: the hooks of other packages (dqotel
 //     for one): Observers receive every step; push middleware wraps every
 //     push, and may set a job's Headers; consume middleware wraps every

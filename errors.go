@@ -32,9 +32,9 @@ var (
 	// Deprecated: use ErrReservationLost. A lease, in this package, is a
 	// bucket handler's hold on its bucket (WithLease).
 	ErrLeaseLost = ErrReservationLost
-	// ErrNotPending is returned by RescheduleIn, RescheduleAt and Upsert for
-	// a job that is reserved or dead: only delayed and ready jobs can be
-	// moved or replaced.
+	// ErrNotPending is returned by RescheduleIn and RescheduleAt for a job
+	// that is reserved or dead, and by Upsert for a reserved job (without
+	// ReplaceReserved): only delayed and ready jobs can be moved.
 	ErrNotPending = errors.New("delayqueue: job not pending")
 	// ErrInvalidJob is returned for a job that cannot be pushed: nil, a bad
 	// topic or ID, a negative delay or TTR, a body over the limit. Nothing is
@@ -51,6 +51,8 @@ var (
 	// to 200 bytes with no control characters, and only the IDs the queue
 	// generates begin with "~".
 	ErrInvalidID = errors.New("delayqueue: invalid job id")
+	// ErrInvalidLimits is returned by SetLimits for limits out of range.
+	ErrInvalidLimits = errors.New("delayqueue: invalid limits")
 	// ErrInvalidOption is returned by New for an option out of range.
 	ErrInvalidOption = errors.New("delayqueue: invalid option")
 	// ErrBucketMismatch is returned by New when the queue's data in Redis was

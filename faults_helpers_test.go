@@ -70,6 +70,17 @@ func runHelper(mode string) int {
 			}
 		}
 		fmt.Println("held", n)
+	case "limited": // consume "t", each handler counting those that run in every process, until killed
+		q, err := New(c, opts...)
+		if err == nil {
+			err = q.Start(ctx)
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("started")
+		_ = q.Consume(ctx, "t", limitedHandler(c, os.Getenv("DQ_NAME")), ConsumeOptions{Concurrency: 4})
 	case "mover": // move jobs until killed
 		q, err := New(c, opts...)
 		if err == nil {

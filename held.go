@@ -25,6 +25,7 @@ type heldJob struct {
 	reservation int64
 	until       time.Time // when the reservation runs out, on this process's clock, at the latest
 	topic       string
+	grant       string // its capacity grant, for a limited topic
 }
 
 // add records reservations just popped; since is when the pop was sent.
@@ -35,7 +36,7 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 		s.jobs = map[string]heldJob{}
 	}
 	for _, job := range jobs {
-		s.jobs[job.ID] = heldJob{job.reservation, since.Add(job.TTR), job.Topic}
+		s.jobs[job.ID] = heldJob{job.reservation, since.Add(job.TTR), job.Topic, job.grant}
 	}
 	if len(s.jobs) >= s.pruneAt {
 		cutoff := time.Now().Add(-heldHorizon)
@@ -52,13 +53,20 @@ func (s *heldSet) add(jobs []*Job, since time.Time) {
 // instance popped, and the job's topic, or 0 and "" for none (or one that
 // ran out more than heldHorizon ago).
 func (s *heldSet) reservation(id string) (int64, string) {
+	h := s.get(id)
+	return h.reservation, h.topic
+}
+
+// get returns what this instance popped of id; the zero heldJob for none
+// (or one that ran out more than heldHorizon ago).
+func (s *heldSet) get(id string) heldJob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.jobs[id]
 	if !ok || time.Since(h.until) > heldHorizon {
-		return 0, ""
+		return heldJob{}
 	}
-	return h.reservation, h.topic
+	return h
 }
 
 // extend records that the reservation under reservation runs until until.
@@ -66,7 +74,8 @@ func (s *heldSet) extend(id string, reservation int64, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h, ok := s.jobs[id]; ok && h.reservation == reservation {
-		s.jobs[id] = heldJob{reservation, until, h.topic}
+		h.until = until
+		s.jobs[id] = h
 	}
 }
 

@@ -64,6 +64,8 @@ type Overview struct {
 	Jobs int
 	// Paused lists the paused topics, sorted (Pause).
 	Paused []string
+	// Limits holds every limited topic's limits and their use (SetLimits).
+	Limits map[string]LimitUsage
 	// Buckets is the queue's bucket count.
 	Buckets int
 }
@@ -91,6 +93,9 @@ func (q *DelayQueue) Overview(ctx context.Context) (Overview, error) {
 		return Overview{}, err
 	}
 	slices.Sort(ov.Paused)
+	if ov.Limits, err = q.limitUsage(ctx); err != nil {
+		return Overview{}, err
+	}
 	for _, topic := range ov.Paused {
 		if _, ok := ov.Topics[topic]; !ok {
 			ov.Topics[topic] = Counts{}

@@ -124,6 +124,9 @@ type Job struct {
 	// Retry, Touch and Release check it inside their scripts. Zero on a job
 	// that Pop did not return.
 	reservation int64
+	// grant is the capacity grant of a popped job of a limited topic
+	// (grants.go), given back when the job is settled.
+	grant string
 	// queue is the identity of the queue whose Pop returned the job: its
 	// reservation is a number of that queue's alone.
 	queue string

@@ -36,6 +36,15 @@ import (
 //	dq:{name:b}:ticks          ZSET  schedule name scored by its next tick (ms), whose job is pushed already; none while paused
 //	dq:{name:b}:lastticks      HASH  schedule name -> its latest tick that came (ms)
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
+//	dq:{name}:limits           HASH  topic -> its limits, "<concurrency>:<rate>:<per ms>"
+//	dq:{name}:lim:run:<topic>  ZSET  the topic's capacity grants, scored by deadline (ms)
+//	dq:{name}:lim:rate:<topic> ZSET  the topic's grants of the last Per, scored by when granted (ms)
+//	dq:{name}:lim:free:<topic> LIST  one entry per grant given back, which consumers at the limit pop (BLPOP)
+//	dq:{name}:lim:rec:<call>   STRING  what one acquire call granted, for a second run
+//	dq:{name}:lim:poke:<token> LIST  a consumer's own key, pushed to end its wait at the limit
+//
+// The limits' keys share the queue's slot: one script sees a topic's grants
+// whichever buckets (and Cluster masters) hold its jobs.
 //
 // Each bucket also has a pub/sub channel under its tag, for the processes
 // that hold or stand by for its lease, and the queue one for all. On Redis
@@ -120,6 +129,24 @@ func (ks keyspace) meta() string { return metaKey(ks.name) }
 
 // metaKey is the meta hash of the queue named name.
 func metaKey(name string) string { return "dq:{" + name + "}:meta" }
+
+// limits is the hash of every topic's limits.
+func (ks keyspace) limits() string { return "dq:{" + ks.name + "}:limits" }
+
+// limitKeys are the keys of one limited topic's grants, and where its
+// consumers at the limit wait.
+type limitKeys struct{ run, rate, free string }
+
+func (ks keyspace) limit(topic string) limitKeys {
+	p := "dq:{" + ks.name + "}:lim:"
+	return limitKeys{run: p + "run:" + topic, rate: p + "rate:" + topic, free: p + "free:" + topic}
+}
+
+// grantRecord is where acquire.lua keeps what the call named call granted.
+func (ks keyspace) grantRecord(call string) string { return "dq:{" + ks.name + "}:lim:rec:" + call }
+
+// limitPoke is a waiting consumer's own key beside the limits.
+func (ks keyspace) limitPoke(token string) string { return "dq:{" + ks.name + "}:lim:poke:" + token }
 
 // control is the channel every process of the queue listens to.
 func (ks keyspace) control() string { return "dq:{" + ks.name + "}:ev:control" }

@@ -161,6 +161,7 @@ const (
 	controlResume  = "resume:"  // and a topic: it was resumed
 	controlPause   = "pause:"   // and a topic: it was paused
 	controlStandby = "standby:" // and a bucket: its standby lease is free
+	controlLimits  = "limits:"  // and a topic: its limits changed
 )
 
 // control handles a message of the control channel ("" after a resync).
@@ -178,7 +179,11 @@ func (q *DelayQueue) control(msg string) {
 		for _, h := range handlers {
 			h.standbyVacant()
 		}
+		q.limitsChanged("")
 		return
+	}
+	if topic, ok := strings.CutPrefix(msg, controlLimits); ok {
+		q.limitsChanged(topic)
 	}
 	if topic, ok := strings.CutPrefix(msg, controlResume); ok && w != nil {
 		w.resume(topic)

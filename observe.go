@@ -62,7 +62,7 @@ const (
 	EventReserved
 	// EventFinished: a job was finished.
 	EventFinished
-	// EventRetried: a job was retried (or snoozed); Err is the cause.
+	// EventRetried: a job was retried; Err is the cause.
 	EventRetried
 	// EventDead: a job went to the dead letters through Retry or a
 	// handler's error; Err is the cause.
@@ -79,6 +79,12 @@ const (
 	// tick's job was pushed ahead of it, JobID); Count is how many ticks
 	// came, Missed how many were skipped after an outage.
 	EventTick
+	// EventLimited: a consumer of Topic waits at the topic's limits (see
+	// SetLimits) until capacity returns.
+	EventLimited
+	// EventSnoozed: a job was put back by Snooze, its attempt not counted;
+	// its EventHandled (under Consume) carries the SnoozeError.
+	EventSnoozed
 )
 
 // An Event is one thing the queue did. Which fields are set depends on

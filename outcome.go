@@ -20,8 +20,11 @@ var ErrSkipRetry = errors.New("delayqueue: skip retry")
 
 // RetryIn returns an error that, returned by a handler, retries the job
 // after delay instead of the queue's backoff: for a server that said when
-// to come back (HTTP 429 with Retry-After). The attempt counts: a job out
-// of attempts goes to the dead letters. cause becomes its LastError.
+// to come back (HTTP 429 with Retry-After). The attempt counts, as a
+// failure: a job out of attempts goes to the dead letters, and the retry is
+// logged and observed as one. cause becomes its LastError. For a wait that
+// is no failure of the job's (a shared limit reached), use Snooze, or a
+// topic limit (SetLimits) that holds jobs back before they are reserved.
 func RetryIn(delay time.Duration, cause error) error {
 	return &RetryInError{Delay: delay, Cause: cause}
 }
@@ -45,7 +48,8 @@ func (e *RetryInError) Unwrap() error { return e.Cause }
 // for delay without counting the attempt and without recording an error:
 // for a job that is not ready to be done yet (a rate limit of its own, a
 // resource still being prepared). A job snoozed forever never reaches the
-// dead letters.
+// dead letters. Consume logs it at debug level, not as a failure, and
+// the Observer sees EventSnoozed, not EventRetried.
 func Snooze(delay time.Duration) error {
 	return &SnoozeError{Delay: delay}
 }

@@ -69,14 +69,16 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 		return ErrClosed
 	}
 	var reservation any = ""
-	held, topic := q.held.reservation(id)
-	if held != 0 {
-		reservation = held
+	held := q.held.get(id)
+	if held.reservation != 0 {
+		reservation = held.reservation
 	}
-	if err := q.finish(ctx, id, reservation, topic); err != nil {
+	err := q.finish(ctx, id, reservation, held.topic)
+	q.settledGrant(ctx, held.topic, held.grant, err)
+	if err != nil {
 		return err
 	}
-	q.held.settled(id, held)
+	q.held.settled(id, held.reservation)
 	return nil
 }
 

@@ -190,9 +190,9 @@ const ReplaceReserved UpsertOption = 1
 // become job's, and attempts and last error start over, as if pushed anew.
 // It is the call that moves an appointment's reminder, whatever state the
 // reminder is in. job must carry an ID of the caller's (ErrInvalidJob
-// otherwise). A reserved job is not replaced, unless with ReplaceReserved:
-// a consumer holds it, and Upsert returns ErrNotPending; nor is a dead one
-// (RequeueDead or PurgeDead it first). Unlike Push, Upsert creates a job
+// otherwise). A dead job is replaced, and leaves the dead letters. A
+// reserved job is not replaced, unless with ReplaceReserved: a consumer
+// holds it, and Upsert returns ErrNotPending. Unlike Push, Upsert creates a job
 // whose ID is still taken by a dedup window, and clears the window. The
 // result's Existed is set when a job was replaced.
 func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption) (PushResult, error) {
@@ -219,8 +219,8 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs, replace bool) (PushResult, error) {
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
-	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix},
-		bk.wake, q.pub, job.ID, a.delayMs, a.job, replace).Int64Slice()
+	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix,
+		bk.deadPrefix, bk.deadTopics}, bk.wake, q.pub, job.ID, a.delayMs, a.job, replace).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}

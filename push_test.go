@@ -251,3 +251,41 @@ func TestPushCallsAreBoundedInJobsAndBytes(t *testing.T) {
 	// 3 MiB alone; the last small one. Bucket 1: 1,000 and 250.
 	assert.Len(t, chunks, 7)
 }
+
+func TestUpsertReplacesADeadJobAsANewPendingOne(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		pushed(t, q, &Job{ID: "r1", Topic: "remind", MaxAttempts: 1, Body: []byte("old")})
+		job, err := q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Retry(ctx, job, errors.New("provider down")))
+		got, err := q.Get(ctx, "r1")
+		require.NoError(t, err)
+		require.Equal(t, StateDead, got.State)
+
+		res, err := q.Upsert(ctx, &Job{ID: "r1", Topic: "remind", Body: []byte("new"), Delay: time.Hour}, ReplaceReserved)
+		require.NoError(t, err)
+		assert.True(t, res.Existed)
+		got, err = q.Get(ctx, "r1")
+		require.NoError(t, err)
+		assert.Equal(t, StateDelayed, got.State)
+		assert.Equal(t, "new", string(got.Body))
+		assert.Zero(t, got.Attempts)
+		assert.Empty(t, got.LastError)
+		c, err := q.Counts(ctx, "remind")
+		require.NoError(t, err)
+		assert.Equal(t, Counts{Delayed: 1}, c, "out of the dead letters")
+
+		// Without ReplaceReserved too, and made ready at once.
+		require.NoError(t, q.RescheduleIn(ctx, "r1", 0))
+		job, err = q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Retry(ctx, job, errors.New("again")))
+		_, err = q.Upsert(ctx, &Job{ID: "r1", Topic: "remind", Body: []byte("now")})
+		require.NoError(t, err)
+		job, err = q.Pop(ctx, "remind", 0)
+		require.NoError(t, err)
+		assert.Equal(t, "now", string(job.Body))
+	})
+}

@@ -190,6 +190,38 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	var timer *time.Timer
 	signal := noSignal // or a bucket whose signal was taken for this consumer
 	for {
+		// A limited topic's consumer takes grants first, and reserves no
+		// more jobs than granted (grants.go).
+		var g *grant
+		var wait time.Duration
+		var full bool
+		if q.limiter.expects(topic) {
+			g, wait, full = &grant{topic: topic}, -1, true // a settling job's grant may come
+		} else {
+			g, wait, full, err = q.acquire(ctx, topic, want)
+		}
+		var renewed chan error // a grant handed over, being renewed
+		for err == nil && g != nil && g.n == 0 {
+			if signal >= 0 {
+				w.unused(topic, signal) // for a consumer that gets capacity
+				signal = -1
+			}
+			var handed string
+			if handed, err = q.awaitCapacity(ctx, topic, wait, full, deadline); err == nil {
+				if handed == "" {
+					g, wait, full, err = q.acquire(ctx, topic, want)
+				} else {
+					g, renewed = q.renew(ctx, topic, handed)
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		want := want
+		if g != nil {
+			want = g.n
+		}
 		var looks []look
 		if signal >= 0 {
 			looks = append(looks, look{b: signal, n: want, held: 1})
@@ -221,10 +253,17 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				// error is logged here and met again on its next pop.
 				q.opts.logger.Warn("delayqueue: cannot pop from a bucket; returning the jobs reserved so far",
 					attrTopic, topic, attrBucket, l.b, attrError, err)
+				if !q.bindRenewed(ctx, g, renewed, got) {
+					return nil, err
+				}
 				return got, nil
 			case err != nil:
+				q.bindRenewed(ctx, g, renewed, nil)
 				return nil, err
 			}
+		}
+		if !q.bindRenewed(ctx, g, renewed, got) {
+			continue
 		}
 		if len(got) > 0 {
 			return got, nil

@@ -141,13 +141,18 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	if err != nil {
 		return fmt.Errorf("delayqueue: retry %q: %w", job.ID, err)
 	}
-	if err := reservationResult(job.ID, res); err != nil {
+	err = reservationResult(job.ID, res)
+	q.settledGrant(ctx, job.Topic, job.grant, err)
+	if err != nil {
 		return err
 	}
 	q.held.settled(job.ID, job.reservation)
 	kind := EventRetried
-	if res[0] == 2 {
+	switch {
+	case res[0] == 2:
 		kind = EventDead
+	case mode == retrySnooze:
+		kind = EventSnoozed
 	}
 	q.observe(ctx, Event{Kind: kind, Topic: job.Topic, JobID: job.ID, Attempt: job.Attempts, Err: cause})
 	return nil
@@ -227,6 +232,7 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 			}
 		}
 	}
+	q.extendedGrants(ctx, jobs, errs)
 	return errs
 }
 
@@ -253,7 +259,9 @@ func (q *DelayQueue) release(ctx context.Context, job *Job) error {
 	if err != nil {
 		return fmt.Errorf("delayqueue: release %q: %w", job.ID, err)
 	}
-	if err := reservationResult(job.ID, []int64{r}); err != nil {
+	err = reservationResult(job.ID, []int64{r})
+	q.settledGrant(ctx, job.Topic, job.grant, err)
+	if err != nil {
 		return err
 	}
 	q.held.settled(job.ID, job.reservation)

@@ -38,6 +38,9 @@ var (
 	scriptGet        = loadScript("get.lua")
 	scriptTicks      = loadScript("ticks.lua")
 	scriptSchedule   = loadScript("schedule.lua")
+	scriptAcquire    = loadScript("acquire.lua")
+	scriptGiveBack   = loadScript("giveback.lua")
+	scriptRenew      = loadScript("renew.lua")
 )
 
 // A luaScript is one script file in the two forms a server may need. A

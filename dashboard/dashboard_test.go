@@ -356,3 +356,15 @@ func TestPaging(t *testing.T) {
 		assert.Equal(t, want, got)
 	})
 }
+
+func TestOverviewShowsLimits(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
+		q := newQueue(t, c)
+		seed(t, q)
+		require.NoError(t, q.SetLimits(context.Background(), "mail", delayqueue.Limits{Concurrency: 4, Rate: 10}))
+		s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "/q")
+		code, page := s.get("/")
+		require.Equal(t, 200, code)
+		assert.Regexp(t, `(?s)data-topic="mail">.*?badge limit[^>]*>0/4 at once, 0/10 per 1s</span>.*?</tr>`, page)
+	})
+}

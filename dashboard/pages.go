@@ -45,6 +45,7 @@ type topicRow struct {
 	Name string
 	delayqueue.Counts
 	Paused bool
+	Limit  *delayqueue.LimitUsage // nil: no limits
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request, prefix string) {
@@ -63,7 +64,11 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, prefix string
 		TopicCount: len(snap.names), Matching: hi - lo, From: from - lo, NamePrefix: namePrefix,
 	}
 	for _, name := range snap.names[from:to] {
-		data.Topics = append(data.Topics, topicRow{Name: name, Counts: snap.Topics[name], Paused: snap.paused[name]})
+		row := topicRow{Name: name, Counts: snap.Topics[name], Paused: snap.paused[name]}
+		if u, ok := snap.Limits[name]; ok {
+			row.Limit = &u
+		}
+		data.Topics = append(data.Topics, row)
 	}
 	if from > lo {
 		data.First, data.Prev = v.Overview(namePrefix, "", ""), v.Overview(namePrefix, "", snap.names[from])

@@ -16,16 +16,20 @@
 //	delayqueue_jobs_moved_total                  due jobs a bucket handler made ready
 //	delayqueue_jobs_delivered_total              jobs reserved by Pop or Consume
 //	delayqueue_jobs_finished_total               jobs finished
-//	delayqueue_jobs_retried_total                jobs retried or snoozed
+//	delayqueue_jobs_retried_total                jobs retried (a snooze is not a retry)
+//	delayqueue_jobs_snoozed_total                jobs put back by Snooze
+//	delayqueue_limit_waits_total                 waits of a consumer at its topic's limits
 //	delayqueue_jobs_dead_total                   jobs sent to the dead letters
 //	delayqueue_delivery_lateness_seconds         histogram: reservation start less due time, on the Redis server's clock
-//	delayqueue_handler_duration_seconds{outcome} histogram: Consume handler run time; outcome "ok" or "error"
+//	delayqueue_handler_duration_seconds{outcome} histogram: Consume handler run time; outcome "ok", "error" or "snooze"
 //
 // Gauges of the queue in Redis, read when scraped (Gauges):
 //
 //	delayqueue_jobs{state}                       jobs by state: delayed, ready, reserved, dead
 //	delayqueue_oldest_ready_seconds              how long the oldest ready job has waited since it was due
 //	delayqueue_paused                            1 while the topic is paused, else 0
+//	delayqueue_limit{kind}                       a limited topic's limit: kind "concurrency" or "rate" (per its window)
+//	delayqueue_limit_used{kind}                  how much of it is in use: grants held, reservations in the window
 //	delayqueue_up                                1 when the last read of Redis succeeded, else 0 (no topic label)
 //	delayqueue_overview_duration_seconds         how long that read took (no topic label)
 //
@@ -100,7 +104,7 @@ type Metrics struct {
 	opts Options
 
 	pushed, moved, delivered, finished, retried, dead *prometheus.CounterVec
-	reserveCalls, ticks, missed                       *prometheus.CounterVec
+	reserveCalls, ticks, missed, snoozed, limitWaits  *prometheus.CounterVec
 	lateness, duration                                *prometheus.HistogramVec
 
 	// topics maps a topic to its series, so that an event looks its
@@ -117,6 +121,8 @@ type topicSeries struct {
 	dead                                 prometheus.Counter
 	callsFound, callsEmpty               prometheus.Counter
 	lateness, durationOK, durationFailed prometheus.Observer
+	snoozed, limitWaits                  prometheus.Counter
+	durationSnoozed                      prometheus.Observer
 }
 
 // New makes the metrics. It panics, as the prometheus constructors do, on
@@ -147,7 +153,9 @@ func New(opts Options) *Metrics {
 	m.moved = counter("delayqueue_jobs_moved_total", "Due jobs that a bucket handler made ready.")
 	m.delivered = counter("delayqueue_jobs_delivered_total", "Jobs reserved by Pop or Consume.")
 	m.finished = counter("delayqueue_jobs_finished_total", "Jobs finished.")
-	m.retried = counter("delayqueue_jobs_retried_total", "Jobs retried or snoozed.")
+	m.retried = counter("delayqueue_jobs_retried_total", "Jobs retried (not snoozed).")
+	m.snoozed = counter("delayqueue_jobs_snoozed_total", "Jobs put back by Snooze, their attempts not counted.")
+	m.limitWaits = counter("delayqueue_limit_waits_total", "Waits of a consumer at its topic's limits (SetLimits).")
 	m.dead = counter("delayqueue_jobs_dead_total", "Jobs sent to the dead letters.")
 	m.reserveCalls = counter("delayqueue_reserve_calls_total",
 		`Reserve calls this process made; found="false" when one reserved nothing (work for nothing).`, "found")
@@ -161,7 +169,7 @@ func New(opts Options) *Metrics {
 	}, []string{"topic"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        "delayqueue_handler_duration_seconds",
-		Help:        `How long a Consume handler ran on a job; outcome="error" when it returned an error or panicked.`,
+		Help:        `How long a Consume handler ran on a job; outcome="error" when it returned an error or panicked, "snooze" when it snoozed the job.`,
 		ConstLabels: m.constLabels(), Buckets: opts.DurationBuckets,
 	}, []string{"topic", "outcome"})
 	m.topics.Store(&map[string]*topicSeries{})
@@ -208,10 +216,17 @@ func (m *Metrics) Observe(_ context.Context, e delayqueue.Event) {
 	case delayqueue.EventTick: // rare: no cached series
 		m.ticks.WithLabelValues(e.Topic).Add(float64(e.Count))
 		m.missed.WithLabelValues(e.Topic).Add(float64(e.Missed))
+	case delayqueue.EventSnoozed:
+		s.snoozed.Inc()
+	case delayqueue.EventLimited:
+		s.limitWaits.Inc()
 	case delayqueue.EventHandled:
-		if e.Err == nil {
+		switch {
+		case e.Err == nil:
 			s.durationOK.Observe(e.Duration.Seconds())
-		} else {
+		case isSnooze(e.Err):
+			s.durationSnoozed.Observe(e.Duration.Seconds())
+		default:
 			s.durationFailed.Observe(e.Duration.Seconds())
 		}
 	}
@@ -241,6 +256,10 @@ func (m *Metrics) series(topic string) *topicSeries {
 		lateness:       m.lateness.WithLabelValues(topic),
 		durationOK:     m.duration.WithLabelValues(topic, "ok"),
 		durationFailed: m.duration.WithLabelValues(topic, "error"),
+
+		snoozed:         m.snoozed.WithLabelValues(topic),
+		limitWaits:      m.limitWaits.WithLabelValues(topic),
+		durationSnoozed: m.duration.WithLabelValues(topic, "snooze"),
 	}
 	topics := make(map[string]*topicSeries, len(old)+1)
 	maps.Copy(topics, old)
@@ -251,7 +270,7 @@ func (m *Metrics) series(topic string) *topicSeries {
 
 // collectors are the vectors, for Describe and Collect.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.ticks, m.missed, m.lateness, m.duration}
+	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.ticks, m.missed, m.snoozed, m.limitWaits, m.lateness, m.duration}
 }
 
 // Describe sends the descriptors of the counters and histograms.
@@ -267,4 +286,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
+}
+
+// isSnooze reports whether err is or wraps a delayqueue.SnoozeError, as
+// errors.As would, without the allocation errors.As makes.
+func isSnooze(err error) bool {
+	for err != nil {
+		if _, ok := err.(*delayqueue.SnoozeError); ok {
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package dqprom_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,15 +60,19 @@ func TestScrapeCountsAKnownSequenceOfOperations(t *testing.T) {
 		require.NoError(t, q.Retry(ctx, pop("sms"), errors.New("bounced")))
 
 		// Consume the retried mail and the two moved ones; d's handler
-		// fails once.
+		// fails once, e's snoozes once.
 		require.NoError(t, q.Start(ctx))
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		consumed := make(chan error, 1)
+		var snoozed atomic.Bool
 		go func() {
 			consumed <- q.Consume(cctx, "mail", func(_ context.Context, job *delayqueue.Job) error {
 				if job.ID == "d" && job.Attempts == 1 {
 					return errors.New("smtp down")
+				}
+				if job.ID == "e" && snoozed.CompareAndSwap(false, true) {
+					return delayqueue.Snooze(0)
 				}
 				return nil
 			}, delayqueue.ConsumeOptions{})
@@ -84,17 +89,19 @@ func TestScrapeCountsAKnownSequenceOfOperations(t *testing.T) {
 			{"delayqueue_jobs_pushed_total", []string{"topic", "mail", "existed", "true"}, 1},
 			{"delayqueue_jobs_pushed_total", []string{"topic", "sms", "existed", "false"}, 1},
 			{"delayqueue_jobs_moved_total", []string{"topic", "mail"}, 2},
-			{"delayqueue_jobs_delivered_total", []string{"topic", "mail"}, 7}, // a b c, then c d d e
+			{"delayqueue_jobs_delivered_total", []string{"topic", "mail"}, 8}, // a b c, then c d d e e
 			{"delayqueue_jobs_delivered_total", []string{"topic", "sms"}, 1},
 			{"delayqueue_jobs_finished_total", []string{"topic", "mail"}, 5},
 			{"delayqueue_jobs_finished_total", []string{"topic", "sms"}, 0},
 			{"delayqueue_jobs_retried_total", []string{"topic", "mail"}, 2}, // c by Retry, d by its handler
+			{"delayqueue_jobs_snoozed_total", []string{"topic", "mail"}, 1},
 			{"delayqueue_jobs_dead_total", []string{"topic", "sms"}, 1},
 			{"delayqueue_jobs_dead_total", []string{"topic", "mail"}, 0},
-			{"delayqueue_delivery_lateness_seconds", []string{"topic", "mail"}, 7},
+			{"delayqueue_delivery_lateness_seconds", []string{"topic", "mail"}, 8},
 			{"delayqueue_delivery_lateness_seconds", []string{"topic", "sms"}, 1},
 			{"delayqueue_handler_duration_seconds", []string{"topic", "mail", "outcome", "ok"}, 3},
 			{"delayqueue_handler_duration_seconds", []string{"topic", "mail", "outcome", "error"}, 1},
+			{"delayqueue_handler_duration_seconds", []string{"topic", "mail", "outcome", "snooze"}, 1},
 			{"delayqueue_up", nil, 1},
 		}, "queue", "mailer")
 		for _, m := range got["delayqueue_delivery_lateness_seconds"].GetMetric() {
@@ -120,6 +127,8 @@ func TestObserveAllocatesNothingForAKnownTopic(t *testing.T) {
 		{Kind: delayqueue.EventDead, Topic: "t", Err: failed},
 		{Kind: delayqueue.EventHandled, Topic: "t", Duration: time.Millisecond},
 		{Kind: delayqueue.EventHandled, Topic: "t", Duration: time.Millisecond, Err: failed},
+		{Kind: delayqueue.EventSnoozed, Topic: "t"},
+		{Kind: delayqueue.EventLimited, Topic: "t"},
 	}
 	m.Observe(ctx, events[0]) // the topic's first event makes its series
 	allocs := testing.AllocsPerRun(100, func() {

@@ -38,6 +38,10 @@ func (m *Metrics) Gauges(q Overviewer) prometheus.Collector {
 		paused: desc("delayqueue_paused", "1 while the topic is paused, else 0.", "topic"),
 		up:     desc("delayqueue_up", "1 when the last scrape read the queue from Redis, 0 when it could not."),
 		took:   desc("delayqueue_overview_duration_seconds", "How long the last scrape took to read the queue from Redis."),
+		limit: desc("delayqueue_limit", `A limited topic's limit (SetLimits): kind="concurrency" jobs reserved at once, "rate" jobs reserved per window.`,
+			"topic", "kind"),
+		limitUsed: desc("delayqueue_limit_used", `How much of a limited topic's limit is in use: kind="concurrency" grants held, "rate" reservations in the window.`,
+			"topic", "kind"),
 	}
 }
 
@@ -46,6 +50,7 @@ type gauges struct {
 	q                              Overviewer
 	opts                           *Options
 	jobs, oldest, paused, up, took *prometheus.Desc
+	limit, limitUsed               *prometheus.Desc
 
 	events *Metrics // its topics report zeros too
 
@@ -55,7 +60,7 @@ type gauges struct {
 
 // Describe sends the gauges' descriptors.
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.jobs, g.oldest, g.paused, g.up, g.took} {
+	for _, d := range []*prometheus.Desc{g.jobs, g.oldest, g.paused, g.up, g.took, g.limit, g.limitUsed} {
 		ch <- d
 	}
 }
@@ -74,6 +79,17 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(g.up, prometheus.GaugeValue, 1)
+	for topic, u := range ov.Limits {
+		for _, k := range []struct {
+			kind        string
+			limit, used int
+		}{{"concurrency", u.Concurrency, u.Running}, {"rate", u.Rate, u.InWindow}} {
+			if k.limit > 0 {
+				ch <- prometheus.MustNewConstMetric(g.limit, prometheus.GaugeValue, float64(k.limit), topic, k.kind)
+				ch <- prometheus.MustNewConstMetric(g.limitUsed, prometheus.GaugeValue, float64(k.used), topic, k.kind)
+			}
+		}
+	}
 	if ov.Topics == nil {
 		ov.Topics = map[string]delayqueue.Counts{}
 	}

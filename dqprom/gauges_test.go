@@ -39,6 +39,10 @@ func TestGaugesReportEachTopicByStateAndThePausedOnes(t *testing.T) {
 			"sms":  {Ready: 0},
 		},
 		Paused: []string{"idle", "sms"}, // idle has no job
+		Limits: map[string]delayqueue.LimitUsage{"sms": {
+			Limits:  delayqueue.Limits{Concurrency: 5, Rate: 20, Per: time.Second},
+			Running: 2, InWindow: 7,
+		}},
 	}}
 	m := dqprom.New(dqprom.Options{Queue: "orders"})
 	reg := prometheus.NewPedanticRegistry()
@@ -56,6 +60,10 @@ func TestGaugesReportEachTopicByStateAndThePausedOnes(t *testing.T) {
 		{"delayqueue_paused", []string{"topic", "mail"}, 0},
 		{"delayqueue_paused", []string{"topic", "sms"}, 1},
 		{"delayqueue_paused", []string{"topic", "idle"}, 1},
+		{"delayqueue_limit", []string{"topic", "sms", "kind", "concurrency"}, 5},
+		{"delayqueue_limit", []string{"topic", "sms", "kind", "rate"}, 20},
+		{"delayqueue_limit_used", []string{"topic", "sms", "kind", "concurrency"}, 2},
+		{"delayqueue_limit_used", []string{"topic", "sms", "kind", "rate"}, 7},
 		{"delayqueue_up", nil, 1},
 	}, "queue", "orders")
 	assert.GreaterOrEqual(t, value(t, got, "delayqueue_overview_duration_seconds"), 0.0)

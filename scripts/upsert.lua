@@ -5,6 +5,7 @@
 -- tombstone of the ID (its dedup window) is cleared, not obeyed.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
 -- KEYS[4] dedup zset  KEYS[5] counts hash  KEYS[6] ready-signal key prefix
+-- KEYS[7] dead-letter key prefix  KEYS[8] topics with dead letters
 -- ARGV[1] wake channel  ARGV[2] publish command
 -- ARGV[3] id  ARGV[4] delay ms ("" when the job's at_ms holds its due time)
 -- ARGV[5] the job encoded as a delayed job (job.lua)
@@ -12,7 +13,8 @@
 -- consumer's Finish, Retry and Touch find it gone), and the new job is
 -- what comes next
 -- returns {1} created, {0} replaced, {-1, state} refused: the job is
--- reserved (and ARGV[6] is not "1") or dead (its state)
+-- reserved and ARGV[6] is not "1" (its state)
+-- A dead job is replaced too: it leaves its dead letters as a new job.
 -- Running it twice replaces twice with the same job: the outcome is the
 -- same, but a second run reports {0}.
 
@@ -25,11 +27,17 @@ local cur = redis.call('HGET', pool, id)
 local was_ready = false
 if cur then
   local state = byte(cur, 1) % 8
-  if state == DEAD or (state == RESERVED and not take_reserved) then
+  if state == RESERVED and not take_reserved then
     return {-1, state}
   end
   was_ready = state == READY and topic_of(cur) == topic
-  tally(KEYS[5], state, topic_of(cur), -1)
+  if state == DEAD then
+    local dead = KEYS[7] .. topic_of(cur)
+    redis.call('ZREM', dead, id) -- first: see job.lua
+    dead_gone(dead, KEYS[8], topic_of(cur))
+  else
+    tally(KEYS[5], state, topic_of(cur), -1)
+  end
 end
 local now = now_us()
 local now_ms = floor(now / 1000)

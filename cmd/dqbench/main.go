@@ -348,6 +348,12 @@ func chooseScenarios(only string) ([]scenario, []*layoutScenario, error) {
 			delete(want, s.id)
 		}
 	}
+	for _, s := range namedScenarios {
+		if want[s.id] {
+			inProcess = append(inProcess, s)
+			delete(want, s.id)
+		}
+	}
 	for _, s := range layoutScenarios {
 		if want[s.id] {
 			layouts = append(layouts, s)

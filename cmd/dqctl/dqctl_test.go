@@ -499,3 +499,21 @@ func TestSchedulesListPauseResumeRemove(t *testing.T) {
 	assert.Equal(t, "removed schedule digest\n", f.ok(t, "schedules", "remove", "digest"))
 	assert.NotEqual(t, 0, f.run(t, "schedules", "remove", "digest").code)
 }
+
+func TestLimitsSetShowClear(t *testing.T) {
+	f := serverFixture(t)
+	out := f.ok(t, "limits", "set", "orders", "--concurrency", "5", "--rate", "20")
+	assert.Regexp(t, `(?m)^Concurrency +0 of 5$`, out)
+	assert.Regexp(t, `(?m)^Rate +0 of 20 per 1s$`, out)
+	l, err := f.q.Limits(context.Background(), "orders")
+	require.NoError(t, err)
+	assert.Equal(t, delayqueue.Limits{Concurrency: 5, Rate: 20, Per: time.Second}, l)
+	var res map[string]any
+	f.json(t, &res, "limits", "show", "orders")
+	assert.Equal(t, map[string]any{"topic": "orders", "concurrency": 5.0, "rate": 20.0, "per": "1s",
+		"running": 0.0, "in_window": 0.0}, res)
+	assert.Equal(t, "cleared the limits of orders\n", f.ok(t, "limits", "clear", "orders"))
+	l, err = f.q.Limits(context.Background(), "orders")
+	require.NoError(t, err)
+	assert.Zero(t, l)
+}

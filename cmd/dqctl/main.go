@@ -171,7 +171,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.AddCommand(
 		a.statsCommand(), a.topicsCommand(), a.watchCommand(),
 		a.listCommand(), a.getCommand(), a.pushCommand(), a.removeCommand(),
-		a.requeueCommand(), a.purgeCommand(), a.pauseCommand(), a.resumeCommand(),
+		a.requeueCommand(), a.purgeCommand(), a.pauseCommand(), a.resumeCommand(), a.limitsCommand(),
 		a.serveCommand(), a.schedulesCommand(),
 	)
 	return root

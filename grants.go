@@ -1,0 +1,359 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/dqueue/delayqueue/internal/batch"
+	"github.com/redis/go-redis/v9"
+)
+
+// Grants: the capacity a consumer of a limited topic takes before it
+// reserves, and gives back when its jobs are settled (see limits.go).
+
+// grantSlack is how much longer than the TTR of the topic's jobs a grant
+// lasts before it is bound to a job: a job's reservation starts a moment
+// after its grant, and its grant must not run out before it. A grant bound
+// to a job lasts until the job's reservation runs out, or up to grantSlack
+// longer (it is not moved for less).
+const grantSlack = time.Second
+
+// grant is what one acquire call granted: the grants named call:1 to
+// call:n, scored by deadline (ms, the server's clock) until bound.
+type grant struct {
+	topic    string
+	call     string
+	handed   string // or the one grant handed over by a settled job (renew)
+	n        int
+	deadline int64
+}
+
+// name is the name of grant i (from 1).
+func (g *grant) name(i int) string {
+	if g.handed != "" {
+		return g.handed
+	}
+	return g.call + ":" + strconv.Itoa(i)
+}
+
+// acquire takes up to want grants of topic. It returns a nil grant when
+// the topic has no limits. When none is granted, wait is how long until
+// capacity is due (negative: not known) and full says that Concurrency is
+// used up, so that a grant given back wakes the caller.
+func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *grant, wait time.Duration, full bool, err error) {
+	limited, err := q.isLimited(ctx, topic)
+	if err != nil || !limited {
+		return nil, 0, false, err
+	}
+	call := q.callName()
+	hold := q.limiter.hold(topic, q.opts.ttr) + grantSlack
+	lk := q.keys.limit(topic)
+	calls := []*scriptCall{{script: scriptAcquire,
+		keys: []string{q.keys.limits(), lk.run, lk.rate, q.keys.grantRecord(call)},
+		args: []any{topic, call, want, hold.Milliseconds(), q.recordLife.Milliseconds()}}}
+	q.sendCalls(ctx, calls)
+	// A call whose reply was lost is sent again: its second run answers
+	// from its record, and grants nothing twice.
+	q.resendUnanswered(ctx, calls, resendWindow)
+	res, err := calls[0].cmd.Int64Slice()
+	if err == nil && len(res) != 5 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("delayqueue: acquire capacity of %q: %w", topic, err)
+	}
+	if res[0] < 0 {
+		return nil, 0, false, nil // the limits were removed since they were read
+	}
+	if res[0] > 0 {
+		q.limiter.answered(q.keys.grantRecord(call))
+	}
+	q.limiter.rated(topic, res[4] == 1)
+	return &grant{topic: topic, call: call, n: int(res[0]), deadline: res[1]},
+		time.Duration(res[2]) * time.Millisecond, res[3] == 1, nil
+}
+
+// bind gives each reserved job one of g's grants, moves the deadline of
+// those whose reservations run past it, and gives back the grants no job
+// used. A failure is logged: the grants run out at their deadline.
+func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
+	if g == nil {
+		return
+	}
+	gb := &giveBack{topic: g.topic}
+	for i, job := range jobs {
+		job.grant = g.name(i + 1)
+		q.limiter.sawTTR(g.topic, job.TTR)
+		// A grant lasts as its job's reservation, give or take the slack.
+		if until := job.ReservedUntil.UnixMilli(); until > g.deadline || until < g.deadline-grantSlack.Milliseconds() {
+			gb.moved = append(gb.moved, job.grant, until)
+		}
+	}
+	for i := len(jobs) + 1; i <= g.n; i++ {
+		gb.unused = append(gb.unused, g.name(i))
+	}
+	if len(gb.unused) > 0 || len(gb.moved) > 0 {
+		q.giveBackNow(ctx, gb)
+	}
+}
+
+// settledGrant gives back the grant of a job of topic that a settling call
+// (finish, retry, release) ended with err: a job settled, or no longer
+// held. After another error the job may still be reserved: its grant
+// runs out with its reservation.
+func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err error) {
+	if grant == "" || !(err == nil || errors.Is(err, ErrReservationLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotReserved)) {
+		return
+	}
+	// A consumer of this process waiting at the limit takes the grant
+	// over: no round trip to give it back, none to wake, none to take it.
+	if !q.limiter.handOver(topic, grant) {
+		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
+	}
+}
+
+// extendedGrants moves the deadlines of the grants of jobs whose
+// reservations were just extended.
+func (q *DelayQueue) extendedGrants(ctx context.Context, jobs []*Job, errs []error) {
+	byTopic := map[string]*giveBack{}
+	for i, job := range jobs {
+		if job.grant == "" || errs[i] != nil {
+			continue
+		}
+		gb := byTopic[job.Topic]
+		if gb == nil {
+			gb = &giveBack{topic: job.Topic}
+			byTopic[job.Topic] = gb
+		}
+		gb.moved = append(gb.moved, job.grant, job.ReservedUntil.UnixMilli())
+	}
+	for _, gb := range byTopic {
+		q.giveBackNow(ctx, gb)
+	}
+}
+
+// giveBack is one topic's grants to give back or move.
+type giveBack struct {
+	topic   string
+	unused  []string // granted, and no job reserved with them
+	settled []string // their jobs were settled
+	moved   []any    // grant, new deadline ms, ...
+}
+
+// giveBackNow sends gb, together with the others given back meanwhile,
+// and logs a failure: the grants then run out at their deadlines.
+func (q *DelayQueue) giveBackNow(ctx context.Context, gb *giveBack) {
+	if err := q.givebacks.Do(ctx, gb); err != nil {
+		q.opts.logger.Warn("delayqueue: cannot give back capacity; it comes back when its reservations run out",
+			attrTopic, gb.topic, attrError, err)
+	}
+}
+
+// giveBackLane coalesces the grants given back: one script call per topic.
+func (q *DelayQueue) giveBackLane() *batch.Lane[*giveBack] {
+	return batch.NewLane(maxPipelinedCalls, 2, q.flushGiveBacks)
+}
+
+func (q *DelayQueue) flushGiveBacks(ctx context.Context, reqs []*batch.Request[*giveBack]) {
+	groups := batch.GroupBy(reqs, func(gb *giveBack) string { return gb.topic },
+		func(*giveBack) int { return 1 }, maxPipelinedCalls)
+	calls := make([]*scriptCall, len(groups))
+	for i, g := range groups {
+		var unused, settled, moved []any
+		for _, r := range g.Reqs {
+			for _, s := range r.In.unused {
+				unused = append(unused, s)
+			}
+			for _, s := range r.In.settled {
+				settled = append(settled, s)
+			}
+			moved = append(moved, r.In.moved...)
+		}
+		lk := q.keys.limit(g.Key)
+		keys := []string{lk.run, lk.rate, lk.free}
+		if i == 0 {
+			keys = append(keys, q.limiter.takeAnswered()...)
+		}
+		args := append([]any{len(unused), len(settled)}, unused...)
+		calls[i] = &scriptCall{script: scriptGiveBack, keys: keys, args: append(append(args, settled...), moved...)}
+	}
+	q.sendCalls(ctx, calls)
+	for i, g := range groups {
+		err := calls[i].cmd.Err()
+		if err != nil {
+			err = fmt.Errorf("delayqueue: give back capacity of %q: %w", g.Key, err)
+		}
+		for _, r := range g.Reqs {
+			r.Err = err
+		}
+	}
+}
+
+// awaitCapacity waits at topic's limit, after an acquire granted nothing:
+// until a grant is given back (full: Redis hands the wake-up to one waiting
+// consumer, in whichever process), until wait (when the next capacity is
+// due), until the limits change, or until a job of this process settles
+// and hands its grant over (returned: the grant's name). It returns
+// ErrNoJob at until (the pop's deadline), ctx.Err() when ctx ends and
+// ErrClosed when the queue closes. Only a wait for given-back grants talks
+// to Redis: one blocked call.
+func (q *DelayQueue) awaitCapacity(ctx context.Context, topic string, wait time.Duration, full bool, until time.Time) (string, error) {
+	remaining := time.Until(until)
+	if remaining <= 0 {
+		return "", ErrNoJob
+	}
+	if wait < 0 || wait > blockFor {
+		wait = blockFor
+	}
+	d := min(wait, remaining)
+	lw := q.limiter.enter(topic, q.keys.limitPoke(q.callName()))
+	var handed string
+	defer func() {
+		// A grant handed over after the wait ended goes back.
+		if g := q.limiter.leave(topic, lw); g != "" {
+			q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{g}})
+		}
+	}()
+	q.observe(ctx, Event{Kind: EventLimited, Topic: topic})
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	free := q.keys.limit(topic).free
+	var blocked chan blpopResult
+	if full && !q.limiter.expects(topic) {
+		// Ended by a wake-up, a poke at d, at ctx's end or at Close (the
+		// call does not end with its context).
+		blocked = make(chan blpopResult, 1)
+		go func() {
+			secs := math.Ceil(d.Seconds()) + 1
+			res, err := q.client.BLPop(context.WithoutCancel(ctx), time.Duration(secs)*time.Second, free, lw.poke).Result()
+			blocked <- blpopResult{res, err}
+		}()
+	}
+	select {
+	case r := <-blocked:
+		if r.err != nil && !errors.Is(r.err, redis.Nil) {
+			q.noteError(ctx, r.err)
+			return "", fmt.Errorf("delayqueue: wait for capacity of %q: %w", topic, redisError(r.err))
+		}
+		return "", nil
+	case handed = <-lw.handed:
+	case <-ctx.Done():
+	case <-q.done:
+	case <-lw.wake:
+	case <-timer.C:
+	}
+	if blocked != nil {
+		q.pokeKeys([]string{lw.poke})
+		// A wake-up the call took after all is passed on to another
+		// consumer; with a grant in hand, not waited for.
+		passOn := func() {
+			if r := <-blocked; r.err == nil && len(r.res) == 2 && r.res[0] == free {
+				q.pokeKeys([]string{free})
+			}
+		}
+		if handed != "" {
+			go passOn()
+		} else {
+			passOn()
+		}
+	}
+	switch {
+	case handed != "":
+		return handed, nil
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case q.closed.Load():
+		return "", ErrClosed
+	case !time.Now().Before(until):
+		return "", ErrNoJob
+	}
+	return "", nil
+}
+
+type blpopResult struct {
+	res []string
+	err error
+}
+
+// renew makes grant name, handed over by a job of this process that
+// settled, a grant for the next reservation (renew.lua), while the caller
+// reserves already: the grant it returns is known good once renewed says
+// so (bindRenewed). A grant that cannot be renewed (the limits changed, or
+// it ran out) is given back by the script.
+func (q *DelayQueue) renew(ctx context.Context, topic, name string) (*grant, chan error) {
+	g := &grant{topic: topic, handed: name, n: 1}
+	renewed := make(chan error, 1)
+	go func() {
+		lk := q.keys.limit(topic)
+		hold := q.limiter.hold(topic, q.opts.ttr) + grantSlack
+		calls := []*scriptCall{{script: scriptRenew, keys: []string{q.keys.limits(), lk.run, lk.free},
+			args: []any{topic, name, hold.Milliseconds()}}}
+		q.sendCalls(ctx, calls)
+		res, err := calls[0].cmd.Int64Slice()
+		switch {
+		case err == nil && len(res) != 2:
+			err = fmt.Errorf("unexpected reply %v", res)
+		case err == nil && res[0] != 1:
+			err = errNotRenewed
+		case err == nil:
+			g.deadline = res[1]
+		}
+		if err != nil && err != errNotRenewed {
+			err = fmt.Errorf("delayqueue: renew capacity of %q: %w", topic, err)
+		}
+		renewed <- err
+	}()
+	return g, renewed
+}
+
+var errNotRenewed = errors.New("delayqueue: grant not renewed")
+
+// bindRenewed binds g to jobs, as bind does, once its renewal (if any)
+// came through; when it did not, the jobs reserved with it are released
+// to ready at once, and it reports false.
+func (q *DelayQueue) bindRenewed(ctx context.Context, g *grant, renewed chan error, jobs []*Job) bool {
+	if renewed != nil {
+		if err := <-renewed; err != nil {
+			if err != errNotRenewed {
+				q.opts.logger.Warn("delayqueue: cannot renew capacity; taking it anew", attrTopic, g.topic, attrError, err)
+			}
+			for _, job := range jobs {
+				if err := q.release(context.WithoutCancel(ctx), job); err != nil {
+					q.opts.logger.Warn("delayqueue: cannot release a job reserved without capacity; it comes back after its TTR",
+						attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
+				}
+			}
+			return false
+		}
+	}
+	q.bind(ctx, g, jobs)
+	return true
+}
+
+// pokeKeys pushes the keys of consumers waiting at a limit, to end their
+// blocked calls.
+func (q *DelayQueue) pokeKeys(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pipe := q.client.Pipeline()
+	for _, k := range keys {
+		pipe.RPush(ctx, k, "1")
+		pipe.PExpire(ctx, k, time.Minute) // a key nobody pops goes
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		q.opts.logger.Warn("delayqueue: cannot wake a consumer waiting at a limit; it looks again at its next capacity", attrError, err)
+	}
+}
+
+// limitsChanged has the consumers of topic ("": of every topic) waiting
+// at a limit look again, as the limits changed.
+func (q *DelayQueue) limitsChanged(topic string) {
+	q.pokeKeys(q.limiter.changed(topic))
+}

@@ -1,0 +1,369 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSetLimitsRefusesBadValuesAndZeroRemoves(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		before := keysOf(t, be.client)
+		for _, l := range []Limits{
+			{Concurrency: -1},
+			{Rate: -1},
+			{Rate: 1, Per: -time.Second},
+			{Rate: 1, Per: time.Microsecond},
+			{Rate: 1, Per: 1500 * time.Microsecond},
+			{Rate: 1, Per: 48 * time.Hour},
+			{Per: time.Second},
+			{Concurrency: maxLimitConcurrency + 1},
+			{Rate: maxLimitRate + 1},
+		} {
+			assert.ErrorIs(t, q.SetLimits(ctx, "t", l), ErrInvalidLimits, "%+v", l)
+		}
+		assert.ErrorIs(t, q.SetLimits(ctx, "a{b}", Limits{Concurrency: 1}), ErrInvalidTopic)
+		assert.Equal(t, before, keysOf(t, be.client), "nothing written")
+
+		got, err := q.Limits(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, Limits{}, got)
+
+		require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: 3, Rate: 10}))
+		got, err = q.Limits(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, Limits{Concurrency: 3, Rate: 10, Per: time.Second}, got, "Per defaults to a second")
+
+		require.NoError(t, q.SetLimits(ctx, "t", Limits{}))
+		got, err = q.Limits(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, Limits{}, got)
+		assert.Equal(t, before, keysOf(t, be.client), "no limit left behind")
+	})
+}
+
+func TestPopObeysConcurrencyAcrossInstances(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		a := newQueue(t, be.client, WithName(name))
+		b := newQueue(t, be.client, WithName(name))
+		startQueue(t, a)
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 2}))
+		for range 6 {
+			pushed(t, a, &Job{Topic: "t"})
+		}
+		j1, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		j2, err := b.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		_, err = a.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "two reserved: at the limit")
+		_, err = b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "the other instance too")
+		c, err := a.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 2, c.Reserved)
+		assert.Equal(t, 4, c.Ready)
+
+		// A waiting Pop is woken when another instance finishes a job.
+		got := make(chan *Job, 1)
+		go func() {
+			job, err := b.Pop(ctx, "t", time.Minute)
+			assert.NoError(t, err)
+			got <- job
+		}()
+		require.NoError(t, a.Finish(ctx, j1.ID))
+		j3 := <-got
+		require.NotNil(t, j3)
+		_, err = a.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob)
+
+		// Retry and Release give capacity back too.
+		require.NoError(t, b.Retry(ctx, j2, fmt.Errorf("boom")))
+		j4, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, a.Release(ctx, j4))
+		j5, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+
+		// Raised limits take effect at once for a waiting Pop.
+		go func() {
+			job, err := a.Pop(ctx, "t", time.Minute)
+			assert.NoError(t, err)
+			got <- job
+		}()
+		require.NoError(t, b.SetLimits(ctx, "t", Limits{Concurrency: 3}))
+		require.NotNil(t, <-got)
+		// Removed limits leave the topic free.
+		require.NoError(t, b.SetLimits(ctx, "t", Limits{}))
+		require.Eventually(t, func() bool {
+			job, err := a.Pop(ctx, "t", 0)
+			return err == nil && job != nil
+		}, 30*time.Second, 10*time.Millisecond)
+		require.NoError(t, b.Finish(ctx, j3.ID))
+		require.NoError(t, a.Finish(ctx, j5.ID))
+	})
+}
+
+func TestPopObeysRate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		a := newQueue(t, be.client, WithName(name))
+		b := newQueue(t, be.client, WithName(name))
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Rate: 3, Per: time.Hour}))
+		for range 5 {
+			pushed(t, a, &Job{Topic: "t"})
+		}
+		for i := range 3 {
+			q := []*DelayQueue{a, b}[i%2]
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			require.NoError(t, q.Finish(ctx, job.ID), "a finished job still counts for the rate")
+		}
+		_, err := a.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob)
+		_, err = b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob)
+		u, err := a.limitUsage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 3, u["t"].InWindow)
+		if be.mini != nil {
+			be.mini.SetTime(time.Now().Add(time.Hour + time.Second))
+			job, err := b.Pop(ctx, "t", 0)
+			require.NoError(t, err, "the window moved on")
+			require.NoError(t, b.Finish(ctx, job.ID))
+		}
+	})
+}
+
+func TestCapacityOfAnAbandonedReservationComesBackAfterItsTTR(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		dead := newQueue(t, be.client, WithName(name))
+		live := newQueue(t, be.client, WithName(name))
+		startQueue(t, live)
+		require.NoError(t, live.SetLimits(ctx, "t", Limits{Concurrency: 1}))
+		pushed(t, live, &Job{Topic: "t", TTR: 300 * time.Millisecond})
+		pushed(t, live, &Job{Topic: "t", TTR: 300 * time.Millisecond})
+		_, err := dead.Pop(ctx, "t", 0) // and never settled: its process died
+		require.NoError(t, err)
+		_, err = live.Pop(ctx, "t", 0)
+		require.ErrorIs(t, err, ErrNoJob)
+		if be.mini != nil {
+			be.mini.SetTime(time.Now().Add(2 * time.Second))
+		}
+		job, err := live.Pop(ctx, "t", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, live.Finish(ctx, job.ID))
+	})
+}
+
+// TestConsumersNeverExceedTheLimits runs several instances' Consume on a
+// topic whose jobs sit in every bucket (on a Cluster, on every master);
+// the handlers count themselves how many run at once.
+func TestConsumersNeverExceedTheLimits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		name := uniqueName(t)
+		const conc, jobs = 3, 60
+		var qs []*DelayQueue
+		for range 3 {
+			q := newQueue(t, be.client, WithName(name))
+			startQueue(t, q)
+			qs = append(qs, q)
+		}
+		require.NoError(t, qs[0].SetLimits(ctx, "t", Limits{Concurrency: conc}))
+		for range jobs {
+			pushed(t, qs[0], &Job{Topic: "t"})
+		}
+		var running, most, done atomic.Int64
+		var wg sync.WaitGroup
+		for _, q := range qs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				assert.NoError(t, q.Consume(ctx, "t", func(ctx context.Context, job *Job) error {
+					n := running.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					time.Sleep(2 * time.Millisecond) // the work
+					running.Add(-1)
+					done.Add(1)
+					return nil
+				}, ConsumeOptions{Concurrency: 4}))
+			}()
+		}
+		require.Eventually(t, func() bool { return done.Load() == jobs }, time.Minute, 10*time.Millisecond)
+		cancel()
+		wg.Wait()
+		assert.LessOrEqual(t, most.Load(), int64(conc))
+		assert.Positive(t, most.Load())
+	})
+}
+
+// TestConsumersNeverExceedTheRate checks every window of Per over the
+// reservations' start times, on the server's clock, less a margin: a grant
+// is counted when taken, a moment before the reservation it covers.
+func TestConsumersNeverExceedTheRate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if be.mini != nil {
+			t.Skip("miniredis's clock stands still unless moved; TestPopObeysRate covers it")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		name := uniqueName(t)
+		const rate, per, jobs = 5, 500 * time.Millisecond, 20
+		var qs []*DelayQueue
+		for range 3 {
+			q := newQueue(t, be.client, WithName(name))
+			startQueue(t, q)
+			qs = append(qs, q)
+		}
+		require.NoError(t, qs[0].SetLimits(ctx, "t", Limits{Rate: rate, Per: per}))
+		for range jobs {
+			pushed(t, qs[0], &Job{Topic: "t"})
+		}
+		var mu sync.Mutex
+		var starts []time.Time
+		var wg sync.WaitGroup
+		for _, q := range qs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				assert.NoError(t, q.Consume(ctx, "t", func(ctx context.Context, job *Job) error {
+					mu.Lock()
+					defer mu.Unlock()
+					starts = append(starts, job.ReservedUntil.Add(-job.TTR))
+					return nil
+				}, ConsumeOptions{Concurrency: 4}))
+			}()
+		}
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(starts) == jobs
+		}, time.Minute, 10*time.Millisecond)
+		cancel()
+		wg.Wait()
+		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+		window := per - 50*time.Millisecond
+		for i := range starts {
+			n := 0
+			for j := i; j < len(starts) && starts[j].Sub(starts[i]) < window; j++ {
+				n++
+			}
+			assert.LessOrEqual(t, n, rate, "reservations within %v from the %d-th", window, i)
+		}
+	})
+}
+
+// limitedHandler is the handler of the "limited" helper processes: it
+// counts the handlers running in every process in Redis (name:running),
+// records each count it saw (name:seen) and the jobs done (name:done).
+func limitedHandler(c redis.UniversalClient, name string) Handler {
+	return func(ctx context.Context, job *Job) error {
+		n, err := c.Incr(ctx, name+":running").Result()
+		if err != nil {
+			return err
+		}
+		defer c.Decr(context.WithoutCancel(ctx), name+":running")
+		c.RPush(ctx, name+":seen", n)
+		time.Sleep(5 * time.Millisecond) // the work
+		c.Incr(ctx, name+":done")
+		return nil
+	}
+}
+
+// TestProcessesNeverExceedConcurrencyAndAKilledOnesCapacityComesBack: a
+// process holding two of three grants is killed; three others consume the
+// backlog, counting in Redis how many handlers run at once.
+func TestProcessesNeverExceedConcurrencyAndAKilledOnesCapacityComesBack(t *testing.T) {
+	s, name, q := startedQueue(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	const conc, n = 3, 200
+	require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: conc}))
+	pushN(t, q, n, func(int) *Job { return &Job{Topic: "t", TTR: time.Second} })
+	holder := startChild(t, "hold", s.Addr, name, "DQ_N=2")
+	holder.expect(t, "held 2")
+	holder.signal(t, syscall.SIGKILL)
+	for range 3 {
+		startChild(t, "limited", s.Addr, name).expect(t, "started")
+	}
+	require.Eventually(t, func() bool {
+		done, _ := c.Get(ctx, name+":done").Int()
+		return done >= n
+	}, 2*time.Minute, 20*time.Millisecond, "every job done, the killed process's two among them")
+	seen, err := c.LRange(ctx, name+":seen", 0, -1).Result()
+	require.NoError(t, err)
+	most := 0
+	for _, v := range seen {
+		k, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		most = max(most, k)
+	}
+	t.Logf("at most %d handlers ran at once, of %d runs", most, len(seen))
+	assert.LessOrEqual(t, most, conc)
+	assert.GreaterOrEqual(t, len(seen), n)
+}
+
+// TestLoweredLimitsHoldForAGrantHandedOver: a job settled in the process
+// of a waiting Pop hands its grant over, but a grant over lowered limits is
+// not renewed: the waiting Pop gets a job only once capacity is free.
+func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		a := newQueue(t, be.client, WithName(name))
+		b := newQueue(t, be.client, WithName(name))
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 2}))
+		for range 4 {
+			pushed(t, a, &Job{Topic: "t"})
+		}
+		j1, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		j2, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		got := make(chan *Job, 1)
+		go func() {
+			job, err := a.Pop(ctx, "t", time.Minute)
+			assert.NoError(t, err)
+			got <- job
+		}()
+		require.Eventually(t, func() bool {
+			a.limiter.mu.Lock()
+			defer a.limiter.mu.Unlock()
+			return len(a.limiter.waiting["t"]) == 1
+		}, 30*time.Second, time.Millisecond, "the Pop waits at the limit")
+		require.NoError(t, b.SetLimits(ctx, "t", Limits{Concurrency: 1}))
+		require.NoError(t, a.Finish(ctx, j1.ID)) // its grant goes to the waiting Pop, which cannot renew it
+		_, err = b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "j2 holds the one grant")
+		require.NoError(t, a.Finish(ctx, j2.ID))
+		j3 := <-got
+		require.NotNil(t, j3)
+		u, err := a.limitUsage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, u["t"].Running)
+		c, err := a.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 1, c.Reserved)
+		require.NoError(t, a.Finish(ctx, j3.ID))
+	})
+}
