@@ -5,8 +5,9 @@
 //	mux.Handle("/admin/queue/", http.StripPrefix("/admin/queue", dashboard.New(q, dashboard.Options{})))
 //
 // It shows an overview (each topic's jobs per state, the age of its oldest
-// ready job, whether it is paused, a hundred topics a page; and charts of
-// the last minutes), a page per topic listing its jobs by state a page at
+// ready job, whether it is paused, a hundred topics a page; the periodic
+// schedules with their next and last tick; and charts of the last
+// minutes), a page per topic listing its jobs by state a page at
 // a time, and a page per job (its fields, headers, last error and body).
 // Its buttons pause and resume a topic, requeue or purge dead letters, and
 // remove a job. The overview's figures are read from Redis at most every
