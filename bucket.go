@@ -40,7 +40,7 @@ type topicCount struct {
 // dedup window ended.
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool) (moveResult, error) {
 	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby}
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby, bk.watched}
 	reply, err := q.run(ctx, b, scriptMove, keys,
 		token, q.opts.lease.Milliseconds(), q.opts.batch, trim, takeoverGrace.Milliseconds()).Slice()
 	if err != nil {

@@ -45,7 +45,9 @@
 //   - Periodic schedules (Schedule) are data in Redis, fired by any started
 //     process: each tick pushes one job, by a compare-and-set in the
 //     schedule's bucket, ahead of its time. After an outage of every
-//     process, the ticks missed give one job, then ticking resumes.
+//     process (none reached Redis for twice its lease), the ticks missed
+//     give one job, then ticking resumes; a takeover pushes the ticks it
+//     was late for, one job each.
 //
 // # Limits
 //

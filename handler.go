@@ -30,7 +30,6 @@ type bucketHandler struct {
 	trimmed   time.Time // when dead letters past their retention were last deleted
 	buried    time.Time // when expired tombstones were last deleted
 	listening bool      // subscribed to the bucket's wake channel
-	watching  time.Time // since when its steps have reached Redis, without a failure
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
@@ -99,7 +98,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return 0
 		}
-		h.lease.role, h.watching = roleNone, time.Time{}
+		h.lease.role = roleNone
 		h.failures++
 		if h.failures == 1 {
 			log.Warn("delayqueue: bucket handler cannot move due jobs; retrying", attrBucket, h.b, attrError, err)
@@ -113,9 +112,6 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	// queue's record may be gone too.
 	if h.failures > 0 || (h.lease.role == roleHolder && res.fresh) {
 		h.q.restoreRecord(ctx)
-	}
-	if h.watching.IsZero() {
-		h.watching = time.Now()
 	}
 	if h.failures > 0 {
 		log.Info("delayqueue: bucket handler moves due jobs again", attrBucket, h.b, "failures", h.failures)
@@ -192,7 +188,7 @@ func (h *bucketHandler) ticks(ctx context.Context) time.Duration {
 	if !at.IsZero() && now.Before(at) {
 		return time.Until(at)
 	}
-	next, err := h.q.fireTicks(ctx, h.b, h.watching)
+	next, err := h.q.fireTicks(ctx, h.b)
 	if err != nil {
 		h.q.opts.logger.Warn("delayqueue: bucket handler cannot fire schedules", attrBucket, h.b, attrError, err)
 		next = retryBackoff(1)

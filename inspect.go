@@ -51,7 +51,8 @@ func (s *Counts) merge(c Counts) {
 }
 
 // Overview is the queue's figures: per topic, and for the queue as a
-// whole, apart.
+// whole, apart. The periodic schedules are listed beside it, by
+// Schedules (which the dashboard's overview and dqctl schedules show).
 type Overview struct {
 	// Topics holds every topic with a job in some state, and every paused
 	// topic.

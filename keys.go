@@ -35,6 +35,7 @@ import (
 //	dq:{name:b}:schedules      HASH  schedule name -> its definition (schedule.go), for the schedules whose name falls in the bucket
 //	dq:{name:b}:ticks          ZSET  schedule name scored by its next tick (ms), whose job is pushed already; none while paused
 //	dq:{name:b}:lastticks      HASH  schedule name -> its latest tick that came (ms)
+//	dq:{name:b}:watched        STRING  "<since ms> <until ms>": since when started processes have looked at the bucket with no gap, and until when the latest look vouches (tick.go)
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //	dq:{name}:limits           HASH  topic -> its limits, "<concurrency>:<rate>:<per ms>"
 //	dq:{name}:lim:run:<topic>  ZSET  the topic's capacity grants, scored by deadline (ms)
@@ -62,7 +63,7 @@ type keyspace struct {
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
 	sigPrefix, standby, paused, pokePrefix                                                      string
-	schedules, ticks, lastTicks                                                                 string
+	schedules, ticks, lastTicks, watched                                                        string
 	wake                                                                                        string // channel
 }
 
@@ -88,6 +89,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			schedules:    prefix + "schedules",
 			ticks:        prefix + "ticks",
 			lastTicks:    prefix + "lastticks",
+			watched:      prefix + "watched",
 			wake:         prefix + "ev:wake",
 		}
 	}

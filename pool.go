@@ -16,8 +16,13 @@ import (
 // exactly while its ID is in the pool; its state is part of the encoding.
 
 // Get returns the job with the given ID as it is now, with its State and
-// Attempts. It returns ErrNotFound when no such job exists (it was finished,
-// removed, or never pushed) and ErrInvalidID for an ID no job can have.
+// Attempts. RunAt is the due time of a delayed or ready job (a dead job's:
+// when it died, as DiedAt); a reserved job has ReservedUntil instead and no
+// RunAt, since its stored record keeps the reservation's end in place of
+// the due time: the Pop or Consume that reserved it has it (and a
+// schedule's job names its tick in its ID). It returns ErrNotFound when no
+// such job exists (it was finished, removed, or never pushed) and
+// ErrInvalidID for an ID no job can have.
 func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	b, err := q.openBucketOfID(id)
 	if err != nil {

@@ -47,7 +47,7 @@ func TestScheduleFiresEachTickOnceAheadOfItsTime(t *testing.T) {
 	assert.True(t, first.Equal(job.RunAt), "due at its tick: %v", job.RunAt)
 
 	// Nothing fires before the tick.
-	_, err = q.fireTicks(ctx, 0, start)
+	_, err = q.fireTicks(ctx, 0)
 	require.NoError(t, err)
 	_, err = q.Get(ctx, q.tickID("digest", first.Add(time.Second).UnixMilli()))
 	require.ErrorIs(t, err, ErrNotFound)
@@ -57,10 +57,10 @@ func TestScheduleFiresEachTickOnceAheadOfItsTime(t *testing.T) {
 	advance(first.Sub(start))
 	_, err = q.moveDue(ctx, 0, "tok", false)
 	require.NoError(t, err)
-	until, err := q.fireTicks(ctx, 0, start)
+	until, err := q.fireTicks(ctx, 0)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, until)
-	until, err = other.fireTicks(ctx, 0, start)
+	until, err = other.fireTicks(ctx, 0)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, until, "the second look finds the tick fired")
 	st, err := q.Stats(ctx, "t")
@@ -89,7 +89,6 @@ func TestScheduleAfterAnOutagePushesOneJobForTheTicksMissed(t *testing.T) {
 	ctx := context.Background()
 	rec := &tickRecorder{}
 	q, _, _, advance := clockQueue(t, WithObserver(rec))
-	start := time.UnixMilli(1_700_000_000_000)
 	require.NoError(t, q.Schedule(ctx, Schedule{Name: "s", Every: time.Minute, Job: Job{Topic: "t"}}))
 
 	// Nobody fired it for an hour: the first missed tick's job (pushed
@@ -97,7 +96,7 @@ func TestScheduleAfterAnOutagePushesOneJobForTheTicksMissed(t *testing.T) {
 	advance(time.Hour)
 	_, err := q.moveDue(ctx, 0, "tok", false)
 	require.NoError(t, err)
-	_, err = q.fireTicks(ctx, 0, start.Add(time.Hour)) // started watching now
+	_, err = q.fireTicks(ctx, 0) // the first look after the outage
 	require.NoError(t, err)
 	st, err := q.Stats(ctx, "t")
 	require.NoError(t, err)
@@ -106,16 +105,57 @@ func TestScheduleAfterAnOutagePushesOneJobForTheTicksMissed(t *testing.T) {
 	require.Len(t, rec.all(), 1)
 	assert.Equal(t, 59, rec.all()[0].Missed)
 
-	// Ticks that came while the firing process watched the bucket (a slow
+	// Ticks that came while started processes watched the bucket (a slow
 	// takeover) are each pushed, late, in order.
-	advance(3 * time.Minute)
-	_, err = q.fireTicks(ctx, 0, start)
+	for range 3 {
+		advance(time.Minute)
+		_, err = q.moveDue(ctx, 0, "another process", false)
+		require.NoError(t, err)
+	}
+	_, err = q.fireTicks(ctx, 0)
 	require.NoError(t, err)
 	st, err = q.Stats(ctx, "t")
 	require.NoError(t, err)
 	assert.Equal(t, 1+3, st.Ready+st.Scheduled-1, "three ticks came: each has its job")
 	assert.Equal(t, 0, rec.all()[1].Missed)
 	assert.Equal(t, 3, rec.all()[1].Count)
+}
+
+// TestScheduleTakeoverByAProcessStartedInTheGap: the holder and the
+// standby die; a process that started after them takes the bucket over
+// while an older one, without a lease, watched throughout. That is a late
+// takeover, not an outage: every tick of the gap gets its job.
+func TestScheduleTakeoverByAProcessStartedInTheGap(t *testing.T) {
+	ctx := context.Background()
+	rec := &tickRecorder{}
+	q, m, c, advance := clockQueue(t, WithLease(time.Minute))
+	passes := func(d time.Duration) { advance(d); m.FastForward(d) } // the clock, and the leases' expiry
+	process := func(opts ...Option) *bucketHandler {
+		return newBucketHandler(newQueue(t, c, append([]Option{WithName(q.opts.name), WithBuckets(1), WithLease(time.Minute)}, opts...)...), 0)
+	}
+	holder, standby, older := process(), process(), process()
+	for _, h := range []*bucketHandler{holder, standby, older} {
+		h.step(ctx)
+	}
+	require.Equal(t, []leaseRole{roleHolder, roleStandby, roleNone}, []leaseRole{holder.lease.role, standby.lease.role, older.lease.role})
+	require.NoError(t, q.Schedule(ctx, Schedule{Name: "s", Every: 10 * time.Second, Job: Job{Topic: "t"}}))
+
+	// The holder and the standby are killed: they look no more. The older
+	// process looks when the standby lease would run out, still held.
+	passes(40 * time.Second)
+	older.step(ctx)
+	require.Equal(t, roleNone, older.lease.role)
+	passes(40 * time.Second) // both leases ran out
+	fresh := process(WithObserver(rec))
+	fresh.step(ctx)
+	require.Equal(t, roleHolder, fresh.lease.role, "the new process took the bucket over")
+
+	st, err := q.Stats(ctx, "t")
+	require.NoError(t, err)
+	assert.Equal(t, 8, st.Ready+st.Scheduled-1, "the 8 ticks of the 80s gap, a job each, and the next tick's")
+	require.Len(t, rec.all(), 1)
+	assert.Equal(t, 0, rec.all()[0].Missed)
+	assert.Equal(t, 8, rec.all()[0].Count)
 }
 
 func TestScheduleRefusesBadInputAndWritesNothing(t *testing.T) {

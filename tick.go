@@ -159,29 +159,27 @@ const maxDueSchedules = 100
 // fireTicks fires the schedules of bucket b whose next tick came: for each,
 // it pushes the jobs of the ticks after it, up to the first one to come
 // (pushed ahead of its time), and advances the schedule. The ticks that
-// came while this bucket handler ran (since watching: a process that
-// could fire them ran, so a takeover was late) are caught up, a job each;
-// those before came while no started process reached Redis (an outage)
-// and are skipped: the first one's job was pushed ahead already. It returns how long until the bucket's next
-// tick; -1 when it has none.
-func (q *DelayQueue) fireTicks(ctx context.Context, b int, watching time.Time) (time.Duration, error) {
+// came while started processes watched the bucket (move.lua keeps since
+// when, in Redis: a takeover was late, whichever process took over) are
+// caught up, a job each; those before came while no started process
+// reached Redis for twice its lease (an outage) and are skipped: the first
+// one's job was pushed ahead already. It returns how long until the
+// bucket's next tick; -1 when it has none.
+func (q *DelayQueue) fireTicks(ctx context.Context, b int) (time.Duration, error) {
 	bk := q.keys.bucket(b)
-	reply, err := q.run(ctx, b, scriptTicks, []string{bk.ticks, bk.schedules}, maxDueSchedules).Slice()
+	reply, err := q.run(ctx, b, scriptTicks, []string{bk.ticks, bk.schedules, bk.watched}, maxDueSchedules).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: look at the schedules of bucket %d: %w", b, err)
 	}
 	now, ok := replyAt(reply, 0)
 	head, ok2 := replyAt(reply, 1)
-	if !ok || !ok2 || len(reply)%3 != 2 {
+	since, ok3 := replyAt(reply, 2)
+	if !ok || !ok2 || !ok3 || len(reply)%3 != 0 {
 		return 0, fmt.Errorf("delayqueue: look at the schedules of bucket %d: unexpected reply %v", b, reply)
-	}
-	since := now
-	if !watching.IsZero() {
-		since = min(now, watching.UnixMilli())
 	}
 	var ws []scheduleWrite
 	var events []Event
-	for i := 2; i+2 < len(reply); i += 3 {
+	for i := 3; i+2 < len(reply); i += 3 {
 		name, _ := reply[i].(string)
 		enc, _ := reply[i+1].(string)
 		tick, _ := replyAt(reply, i+2)

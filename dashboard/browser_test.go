@@ -44,6 +44,7 @@ func TestBrowser(t *testing.T) {
 		_, err := q.Push(context.Background(), &delayqueue.Job{ID: name, Topic: name, Body: []byte("odd"), Delay: time.Hour})
 		require.NoError(t, err)
 	}
+	require.NoError(t, q.Schedule(context.Background(), delayqueue.Schedule{Name: scriptTag, Every: time.Hour, Job: delayqueue.Job{Topic: scriptTag}}))
 	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard}), "/admin/queue")
 	base := s.srv.URL + "/admin/queue"
 
@@ -104,17 +105,23 @@ func TestBrowser(t *testing.T) {
 		})
 	}
 
-	// The overview.
-	var ready, delayed, reserved, dead, pausedRow string
+	// The overview, with a schedule whose name and topic are a script:
+	// shown as text, run nowhere.
+	var ready, delayed, reserved, dead, pausedRow, scheduleName string
+	var overviewScripts int
 	row := `tr[data-topic="mail"] `
 	run(chromedp.Navigate(base+"/"), chromedp.WaitVisible(row),
 		chromedp.Text(row+`a[data-count="ready"]`, &ready),
 		chromedp.Text(row+`a[data-count="delayed"]`, &delayed),
 		chromedp.Text(row+`a[data-count="reserved"]`, &reserved),
 		chromedp.Text(row+`a[data-count="dead"]`, &dead),
-		chromedp.Text(`tr[data-topic="paused"]`, &pausedRow))
+		chromedp.Text(`tr[data-topic="paused"]`, &pausedRow),
+		chromedp.Text(`tr[data-schedule] td`, &scheduleName),
+		chromedp.Evaluate(`document.querySelectorAll("script").length`, &overviewScripts))
 	assert.Equal(t, []string{"3", "1", "1", "1"}, []string{ready, delayed, reserved, dead})
 	assert.Contains(t, pausedRow, "paused")
+	assert.Equal(t, scriptTag, scheduleName)
+	assert.Equal(t, 1, overviewScripts, "only the dashboard's own script")
 
 	// The job whose body is a script: shown as text, run nowhere.
 	var text string

@@ -23,9 +23,16 @@ const (
 	freshPerCall = 20
 )
 
+// figures are what the overview page shows: the queue's Overview, and its
+// schedules when the queue lists them (scheduleLister).
+type figures struct {
+	delayqueue.Overview
+	Schedules []delayqueue.Schedule
+}
+
 // snapshot is an Overview as the overview page reads it.
 type snapshot struct {
-	delayqueue.Overview
+	figures
 	names  []string // the topics, sorted
 	paused map[string]bool
 	at     time.Time // when the call began
@@ -35,7 +42,7 @@ type snapshot struct {
 // overviewCache keeps the last snapshot and shares the call that reads
 // the next. It is safe for concurrent use.
 type overviewCache struct {
-	fetch func(context.Context) (delayqueue.Overview, error)
+	fetch func(context.Context) (figures, error)
 	now   func() time.Time
 
 	mu     sync.Mutex
@@ -54,7 +61,7 @@ type flight struct {
 	err     error
 }
 
-func newOverviewCache(fetch func(context.Context) (delayqueue.Overview, error)) *overviewCache {
+func newOverviewCache(fetch func(context.Context) (figures, error)) *overviewCache {
 	return &overviewCache{fetch: fetch, now: time.Now}
 }
 
@@ -84,10 +91,10 @@ func (c *overviewCache) get(ctx context.Context) (*snapshot, error) {
 	defer c.land(f) // even when fetch panics
 
 	start := c.now()
-	ov, err := c.fetch(context.WithoutCancel(ctx))
+	fig, err := c.fetch(context.WithoutCancel(ctx))
 	f.err = err
 	if err == nil {
-		f.snap = newSnapshot(ov, start, c.now().Sub(start))
+		f.snap = newSnapshot(fig, start, c.now().Sub(start))
 	}
 	return f.snap, f.err
 }
@@ -116,8 +123,9 @@ func (c *overviewCache) drop() {
 	c.mu.Unlock()
 }
 
-func newSnapshot(ov delayqueue.Overview, at time.Time, took time.Duration) *snapshot {
-	s := &snapshot{Overview: ov, at: at, took: took, names: make([]string, 0, len(ov.Topics)), paused: map[string]bool{}}
+func newSnapshot(fig figures, at time.Time, took time.Duration) *snapshot {
+	ov := fig.Overview
+	s := &snapshot{figures: fig, at: at, took: took, names: make([]string, 0, len(ov.Topics)), paused: map[string]bool{}}
 	for name := range ov.Topics {
 		s.names = append(s.names, name)
 	}

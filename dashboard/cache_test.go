@@ -35,7 +35,7 @@ func (f *fakeQueue) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-func (f *fakeQueue) overview(context.Context) (delayqueue.Overview, error) {
+func (f *fakeQueue) overview(context.Context) (figures, error) {
 	f.mu.Lock()
 	f.calls++
 	n, hold, err := f.calls, f.hold, f.err
@@ -44,7 +44,7 @@ func (f *fakeQueue) overview(context.Context) (delayqueue.Overview, error) {
 	if hold != nil {
 		<-hold
 	}
-	return delayqueue.Overview{Jobs: n}, err
+	return figures{Overview: delayqueue.Overview{Jobs: n}}, err
 }
 
 func (f *fakeQueue) callCount() int {
@@ -182,7 +182,7 @@ func TestAPanickingCallLetsTheWaitingGo(t *testing.T) {
 	hold := make(chan struct{})
 	f.hold = hold
 	fetch := c.fetch
-	c.fetch = func(ctx context.Context) (delayqueue.Overview, error) {
+	c.fetch = func(ctx context.Context) (figures, error) {
 		ov, _ := fetch(ctx)
 		if ov.Jobs == 1 {
 			panic("the queue's Overview panicked")

@@ -5,8 +5,9 @@
 //	mux.Handle("/admin/queue/", http.StripPrefix("/admin/queue", dashboard.New(q, dashboard.Options{})))
 //
 // It shows an overview (each topic's jobs per state, the age of its oldest
-// ready job, whether it is paused, a hundred topics a page; and charts of
-// the last minutes), a page per topic listing its jobs by state a page at
+// ready job, whether it is paused, a hundred topics a page; the periodic
+// schedules with their next and last tick; and charts of the last
+// minutes), a page per topic listing its jobs by state a page at
 // a time, and a page per job (its fields, headers, last error and body).
 // Its buttons pause and resume a topic, requeue or purge dead letters, and
 // remove a job. The overview's figures are read from Redis at most every
@@ -40,7 +41,10 @@ import (
 )
 
 // Queue is what the dashboard uses of a queue: *delayqueue.DelayQueue
-// has every method. Each must be safe for concurrent use.
+// has every method. Each must be safe for concurrent use. A Queue that
+// also has Schedules(ctx) ([]delayqueue.Schedule, error), as
+// *delayqueue.DelayQueue does, has its periodic schedules listed on the
+// overview.
 type Queue interface {
 	Overview(ctx context.Context) (delayqueue.Overview, error)
 	Counts(ctx context.Context, topic string) (delayqueue.Counts, error)
@@ -83,6 +87,11 @@ type Options struct {
 	// Default: a random key of the handler's own, so that a form shown by
 	// one process is refused by another.
 	FormKey []byte
+}
+
+// scheduleLister is the method a Queue may have to list its schedules.
+type scheduleLister interface {
+	Schedules(ctx context.Context) ([]delayqueue.Schedule, error)
 }
 
 // minFormKey is the shortest Options.FormKey.
@@ -141,12 +150,17 @@ func New(q Queue, opts Options) http.Handler {
 		pages:   parsePages(),
 		static:  static,
 	}
-	h.overviews = newOverviewCache(func(ctx context.Context) (delayqueue.Overview, error) {
+	h.overviews = newOverviewCache(func(ctx context.Context) (figures, error) {
 		ov, err := q.Overview(ctx)
-		if err == nil {
-			h.history.add(ov)
+		if err != nil {
+			return figures{}, err
 		}
-		return ov, err
+		h.history.add(ov)
+		fig := figures{Overview: ov}
+		if l, ok := q.(scheduleLister); ok {
+			fig.Schedules, err = l.Schedules(ctx)
+		}
+		return fig, err
 	})
 	return h
 }

@@ -18,12 +18,13 @@ const topicsPerPage = 100
 
 // overviewData is the overview page's.
 type overviewData struct {
-	Topics  []topicRow
-	Total   delayqueue.Counts
-	Jobs    int
-	Buckets int
-	Charts  []template.HTML
-	At      time.Time // when the figures were read
+	Topics    []topicRow
+	Schedules []delayqueue.Schedule
+	Total     delayqueue.Counts
+	Jobs      int
+	Buckets   int
+	Charts    []template.HTML
+	At        time.Time // when the figures were read
 	// TopicCount is how many topics there are; Matching, how many start
 	// with NamePrefix. The page lists From+1 to From+len(Topics) of them.
 	TopicCount, Matching, From int
@@ -60,7 +61,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, prefix string
 	v := h.view(w, r, prefix, "Overview")
 	v.Here = v.Overview(namePrefix, after, before)
 	data := overviewData{
-		Total: snap.Total, Jobs: snap.Jobs, Buckets: snap.Buckets, Charts: h.history.charts(), At: snap.at,
+		Total: snap.Total, Jobs: snap.Jobs, Buckets: snap.Buckets, Charts: h.history.charts(), At: snap.at, Schedules: snap.Schedules,
 		TopicCount: len(snap.names), Matching: hi - lo, From: from - lo, NamePrefix: namePrefix,
 	}
 	for _, name := range snap.names[from:to] {

@@ -8,7 +8,7 @@
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- KEYS[7] dedup zset  KEYS[8] counts hash  KEYS[9] ready-signal key prefix
--- KEYS[10] standby lease
+-- KEYS[10] standby lease  KEYS[11] watched string (tick.go)
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 to
 -- delete (up to 1,000) tombstones whose dedup window ended, and the counts
 -- that are 0, else 0  ARGV[5] grace ms
@@ -38,6 +38,18 @@ local function until_due()
   end
   return math.max(0, next_due * 1000 - now)
 end
+
+-- Every caller, whatever its lease role, vouches that a started process
+-- watches the bucket until twice its lease from now: it looks again before
+-- then. A look after the latest vouched time starts a new watch (tick.go:
+-- the ticks before it came in an outage).
+local seen = redis.call('GET', KEYS[11])
+local since, till = now_ms, now_ms + 2 * lease
+local seen_since, seen_till = string.match(seen or '', '^(%d+) (%d+)$')
+if seen_till and tonumber(seen_till) >= now_ms then
+  since, till = tonumber(seen_since), math.max(till, tonumber(seen_till))
+end
+redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - now_ms)
 
 -- The lock holds "<token> <lease ms>": a standby tells from its time to
 -- live how long ago its holder last moved, whatever lease the holder has.
