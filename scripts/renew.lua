@@ -3,15 +3,15 @@
 -- a job that settled, a grant for the caller's next reservation: when the
 -- topic has a Concurrency and no Rate (a rate counts every reservation),
 -- the grant is still held, and the grants held are within the limit.
--- Otherwise the grant is given back (and one waiting consumer woken).
--- KEYS[1] limits hash  KEYS[2] the topic's grants (run zset)  KEYS[3] the
--- topic's capacity wake-ups (list)
+-- Otherwise the grant is left as it is: the caller may have reserved with
+-- it already, and gives it back once those jobs are released.
+-- KEYS[1] limits hash  KEYS[2] the topic's grants (run zset)
 -- ARGV[1] topic  ARGV[2] the grant  ARGV[3] how long it lasts until bound
 -- to a job, ms
 -- returns {1, deadline_ms} renewed, {0, 0} not
 -- Running it twice renews twice, from the second run's time.
 
-local limits, run, free = KEYS[1], KEYS[2], KEYS[3]
+local limits, run = KEYS[1], KEYS[2]
 local topic, member = ARGV[1], ARGV[2]
 local now = floor(now_us() / 1000)
 local l = redis.call('HGET', limits, topic)
@@ -26,11 +26,5 @@ if held and conc > 0 and rmax == 0 and redis.call('ZCARD', run) <= conc then
   local deadline = now + tonumber(ARGV[3])
   redis.call('ZADD', run, deadline, member)
   return {1, deadline}
-end
-if held then
-  redis.call('ZREM', run, member)
-  redis.call('RPUSH', free, '1')
-  redis.call('LTRIM', free, -16, -1)
-  redis.call('PEXPIRE', free, 10000)
 end
 return {0, 0}
