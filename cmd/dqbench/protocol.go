@@ -22,6 +22,7 @@ import (
 //	                                 time it arrived, its due time, and 1 when
 //	                                 the queue reserved it before its due time
 //	                                 on the server's clock (dq only)
+//	h <job> <start µs> <end µs>      one handler's span (consumers with -work)
 //	{...}                            its childResult, the last line it writes
 //
 // and reads lines from stdin:
@@ -37,7 +38,41 @@ const (
 	readyLine   = "ready"
 	goPrefix    = "go "
 	receiptMark = "r "
+	spanMark    = "h "
 )
+
+// span is when one job's handler ran, as a consumer with -work reports it.
+type span struct {
+	job        int
+	start, end time.Time
+}
+
+func appendSpan(b []byte, s span) []byte {
+	b = append(b, spanMark...)
+	b = strconv.AppendInt(b, int64(s.job), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.start.UnixMicro(), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.end.UnixMicro(), 10)
+	return append(b, '\n')
+}
+
+func parseSpan(line []byte) (span, error) {
+	rest, ok := bytes.CutPrefix(line, []byte(spanMark))
+	f := bytes.Fields(rest)
+	if !ok || len(f) != 3 {
+		return span{}, fmt.Errorf("bad span %q", line)
+	}
+	var n [3]int64
+	for i := range n {
+		v, err := strconv.ParseInt(string(f[i]), 10, 64)
+		if err != nil {
+			return span{}, fmt.Errorf("bad span %q: %w", line, err)
+		}
+		n[i] = v
+	}
+	return span{job: int(n[0]), start: time.UnixMicro(n[1]), end: time.UnixMicro(n[2])}, nil
+}
 
 // childResult is what a child reports when it is done.
 type childResult struct {
