@@ -465,32 +465,41 @@ func (r *reporter) flushLoop() {
 // reserved, zero when unknown.
 func (r *reporter) record(body []byte, reserved time.Time) {
 	at := time.Now()
-	job, due, err := parseBody(body)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		if r.err == nil {
-			r.err = err
-		}
+	job, due, ok := r.parse(body)
+	if !ok {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	dueAt := time.UnixMilli(due)
 	r.buf = appendReceipt(r.buf[:0], receipt{job: job, at: at, due: dueAt, early: !reserved.IsZero() && reserved.Before(dueAt)})
 	_, _ = r.w.Write(r.buf)
 	r.n++
 }
 
-// span reports when a job's handler ran.
-func (r *reporter) span(body []byte, start, end time.Time) {
-	job, _, err := parseBody(body)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// parse reads a job's body; the first body it cannot read is the
+// child's error.
+func (r *reporter) parse(body []byte) (int, int64, bool) {
+	job, due, err := parseBody(body)
 	if err != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		if r.err == nil {
 			r.err = err
 		}
+		return 0, 0, false
+	}
+	return job, due, true
+}
+
+// span reports when a job's handler ran.
+func (r *reporter) span(body []byte, start, end time.Time) {
+	job, _, ok := r.parse(body)
+	if !ok {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.buf = appendSpan(r.buf[:0], span{job: job, start: start, end: end})
 	_, _ = r.w.Write(r.buf)
 }

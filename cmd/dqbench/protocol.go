@@ -58,20 +58,29 @@ func appendSpan(b []byte, s span) []byte {
 }
 
 func parseSpan(line []byte) (span, error) {
-	rest, ok := bytes.CutPrefix(line, []byte(spanMark))
-	f := bytes.Fields(rest)
-	if !ok || len(f) != 3 {
-		return span{}, fmt.Errorf("bad span %q", line)
+	n, err := lineInts(line, spanMark, 3)
+	if err != nil {
+		return span{}, fmt.Errorf("bad span: %w", err)
 	}
-	var n [3]int64
+	return span{job: int(n[0]), start: time.UnixMicro(n[1]), end: time.UnixMicro(n[2])}, nil
+}
+
+// lineInts reads the k integers of a line that starts with mark.
+func lineInts(line []byte, mark string, k int) ([]int64, error) {
+	rest, ok := bytes.CutPrefix(line, []byte(mark))
+	f := bytes.Fields(rest)
+	if !ok || len(f) != k {
+		return nil, fmt.Errorf("%q", line)
+	}
+	n := make([]int64, k)
 	for i := range n {
 		v, err := strconv.ParseInt(string(f[i]), 10, 64)
 		if err != nil {
-			return span{}, fmt.Errorf("bad span %q: %w", line, err)
+			return nil, fmt.Errorf("%q: %w", line, err)
 		}
 		n[i] = v
 	}
-	return span{job: int(n[0]), start: time.UnixMicro(n[1]), end: time.UnixMicro(n[2])}, nil
+	return n, nil
 }
 
 // childResult is what a child reports when it is done.
@@ -112,18 +121,9 @@ func appendReceipt(b []byte, r receipt) []byte {
 
 // parseReceipt reads a receipt line, without its newline.
 func parseReceipt(line []byte) (receipt, error) {
-	rest, ok := bytes.CutPrefix(line, []byte(receiptMark))
-	f := bytes.Fields(rest)
-	if !ok || len(f) != 4 {
-		return receipt{}, fmt.Errorf("bad receipt %q", line)
-	}
-	var n [4]int64
-	for i := range n {
-		v, err := strconv.ParseInt(string(f[i]), 10, 64)
-		if err != nil {
-			return receipt{}, fmt.Errorf("bad receipt %q: %w", line, err)
-		}
-		n[i] = v
+	n, err := lineInts(line, receiptMark, 4)
+	if err != nil {
+		return receipt{}, fmt.Errorf("bad receipt: %w", err)
 	}
 	return receipt{job: int(n[0]), at: time.UnixMicro(n[1]), due: time.UnixMilli(n[2]), early: n[3] == 1}, nil
 }
