@@ -289,30 +289,33 @@ func (q *DelayQueue) renew(ctx context.Context, topic, name string) (*grant, cha
 	go func() {
 		calls := []*scriptCall{q.renewCall(topic, name)}
 		q.sendCalls(ctx, calls)
-		renewed <- g.renewed(calls[0].cmd)
+		renewed <- g.renewed(calls[0].cmd, 0)
 	}()
 	return g, renewed
 }
 
-// renewCall is renew.lua's call for grant name of topic.
-func (q *DelayQueue) renewCall(topic, name string) *scriptCall {
+// renewCall is renew.lua's call for grants of topic.
+func (q *DelayQueue) renewCall(topic string, grants ...string) *scriptCall {
 	lk := q.keys.limit(topic)
 	hold := q.limiter.hold(topic, q.opts.ttr) + grantSlack
-	return &scriptCall{script: scriptRenew, keys: []string{q.keys.limits(), lk.run},
-		args: []any{topic, name, hold.Milliseconds()}}
+	args := []any{topic, hold.Milliseconds()}
+	for _, g := range grants {
+		args = append(args, g)
+	}
+	return &scriptCall{script: scriptRenew, keys: []string{q.keys.limits(), lk.run}, args: args}
 }
 
-// renewed reads renew.lua's reply for g: nil when renewed (g's deadline
-// is then set), errNotRenewed when the grant does not stand.
-func (g *grant) renewed(cmd *redis.Cmd) error {
+// renewed reads renew.lua's reply for g, its i-th grant: nil when renewed
+// (g's deadline is then set), errNotRenewed when the grant does not stand.
+func (g *grant) renewed(cmd *redis.Cmd, i int) error {
 	res, err := cmd.Int64Slice()
 	switch {
-	case err == nil && len(res) != 2:
+	case err == nil && len(res) < i+2:
 		err = fmt.Errorf("unexpected reply %v", res)
-	case err == nil && res[0] != 1:
+	case err == nil && res[i+1] != 1:
 		return errNotRenewed
 	case err == nil:
-		g.deadline = res[1]
+		g.deadline = res[0]
 		return nil
 	}
 	return fmt.Errorf("delayqueue: renew capacity of %q: %w", g.topic, err)
