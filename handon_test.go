@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,5 +81,60 @@ func TestConsumeHandsGrantsOnWithinTheLimit(t *testing.T) {
 		c, err := q.Counts(context.Background(), "t")
 		require.NoError(t, err)
 		assert.Zero(t, c.Ready+c.Reserved)
+	})
+}
+
+// A grant handed on over lowered limits is not renewed: the job reserved
+// with it goes back to ready before the grant is given back, and from the
+// lowering on the handlers never count more running than the new limit.
+func TestLoweredLimitsHoldForAGrantHandedOn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		q := newQueue(t, be.client, WithName(uniqueName(t)), WithBuckets(1))
+		startQueue(t, q)
+		require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: 2}))
+		const n = 5
+		for range n + 1 {
+			pushed(t, q, &Job{Topic: "t"})
+		}
+		// One job popped and finished first: the server knows the
+		// scripts of a hand-on, whose finish then runs before its reserve.
+		first, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Finish(ctx, first.ID))
+		var running, doneCount atomic.Int32
+		var lowered atomic.Bool
+		var overLimit atomic.Int32
+		started := make(chan struct{}, n)
+		proceed := make(chan struct{})
+		consumed := make(chan error, 1)
+		go func() {
+			consumed <- q.Consume(ctx, "t", func(context.Context, *Job) error {
+				if now := running.Add(1); lowered.Load() && now > 1 {
+					overLimit.Add(1)
+				}
+				started <- struct{}{}
+				<-proceed
+				running.Add(-1)
+				if doneCount.Add(1) == n {
+					cancel()
+				}
+				return nil
+			}, ConsumeOptions{Concurrency: 4})
+		}()
+		<-started
+		<-started
+		lowered.Store(true)
+		require.NoError(t, q.SetLimits(context.Background(), "t", Limits{Concurrency: 1}))
+		proceed <- struct{}{} // one returns; its grant cannot go on
+		require.Eventually(t, func() bool {
+			c, err := q.Counts(context.Background(), "t")
+			return err == nil && c.Reserved == 1 && c.Ready == n-2
+		}, 30*time.Second, time.Millisecond, "the job reserved with the grant went back to ready")
+		close(proceed)
+		require.NoError(t, <-consumed)
+		assert.Zero(t, overLimit.Load(), "more running than the lowered limit")
+		assert.Equal(t, int32(n), doneCount.Load())
 	})
 }
