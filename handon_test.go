@@ -46,13 +46,8 @@ func TestConsumeHandsGrantsOnWithinTheLimit(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		q := newQueue(t, be.client, WithName(uniqueName(t)), WithBuckets(2))
-		startQueue(t, q)
-		require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: 2}))
 		const n = 40
-		for range n {
-			pushed(t, q, &Job{Topic: "t"})
-		}
+		q := limitedBacklog(t, be, 2, 2, n)
 		var running, most atomic.Int32
 		var mu sync.Mutex
 		seen := map[string]int{}
@@ -91,13 +86,8 @@ func TestLoweredLimitsHoldForAGrantHandedOn(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		q := newQueue(t, be.client, WithName(uniqueName(t)), WithBuckets(1))
-		startQueue(t, q)
-		require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: 2}))
 		const n = 5
-		for range n + 1 {
-			pushed(t, q, &Job{Topic: "t"})
-		}
+		q := limitedBacklog(t, be, 1, 2, n+1)
 		// One job popped and finished first: the server knows the
 		// scripts of a hand-on, whose finish then runs before its reserve.
 		first, err := q.Pop(ctx, "t", 0)
@@ -137,4 +127,16 @@ func TestLoweredLimitsHoldForAGrantHandedOn(t *testing.T) {
 		assert.Zero(t, overLimit.Load(), "more running than the lowered limit")
 		assert.Equal(t, int32(n), doneCount.Load())
 	})
+}
+
+// limitedBacklog is a started queue of buckets buckets whose topic "t" has
+// a concurrency limit conc and jobs ready jobs.
+func limitedBacklog(t *testing.T, be backend, buckets, conc, jobs int) *DelayQueue {
+	q := newQueue(t, be.client, WithName(uniqueName(t)), WithBuckets(buckets))
+	startQueue(t, q)
+	require.NoError(t, q.SetLimits(context.Background(), "t", Limits{Concurrency: conc}))
+	for range jobs {
+		pushed(t, q, &Job{Topic: "t"})
+	}
+	return q
 }
