@@ -43,6 +43,9 @@ type reserveCall struct {
 	jobs   []*Job
 	status reserveStatus
 	left   int // signals the list holds after the call
+	// unsignalled: the call took the list's last signal and left jobs in
+	// it (their signals are on their way, or were lost).
+	unsignalled bool
 }
 
 // reserve pops and reserves up to want ready jobs of topic from bucket b,
@@ -94,7 +97,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
-			r.In.status, r.In.left, r.Err = status, left, err
+			r.In.status, r.In.left, r.In.unsignalled, r.Err = status, max(left, 0), left < 0, err
 		}
 	}
 }
@@ -158,7 +161,7 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 		}
 		jobs = append(jobs, job)
 	}
-	return jobs, reserveStatus(status), int(left), nil
+	return jobs, reserveStatus(status), int(left), nil // left -1: none, with jobs in the list
 }
 
 // Pop reserves a ready job of topic, waiting up to timeout for one to
@@ -254,7 +257,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			}
 			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, timeout <= 0)
 			if err == nil {
-				w.settle(topic, l.b, c.left, c.status)
+				w.settle(topic, l.b, c.left, c.unsignalled, c.status)
 				q.observeReserved(ctx, c.jobs)
 				got = append(got, c.jobs...)
 				again = again || c.status == reserveStale

@@ -41,6 +41,14 @@ const unknown = -1
 // noSignal wakes a waiter to look where signals are left, holding none.
 const noSignal = -1
 
+// strandedAfter is how long after a reserve call took a list's last signal
+// a waiting consumer of this process looks at the list once more. A signal
+// taken by a process that died before it reserved the job is lost; the job
+// then waits in its list with no signal, and a reserve call takes it once
+// it has waited a second (reserve.lua). Without this look, no call would
+// come for it until a blocked call's wait ended (blockFor).
+const strandedAfter = 1100 * time.Millisecond
+
 // waits is a process's consumers waiting for ready jobs, and its blocked
 // calls.
 type waits struct {
@@ -63,6 +71,7 @@ type topicWait struct {
 	waiters []*waiter // oldest first
 	avail   []int     // per bucket: signals left, as the last reserve call said; unknown at first
 	held    []int     // per bucket: signals taken while no consumer waited
+	recheck []bool    // per bucket: a look after strandedAfter is due
 	paused  bool      // a reserve call found the topic paused; until a resume
 }
 
@@ -150,7 +159,7 @@ func (w *waits) topicLocked(topic string) *topicWait {
 	tw := w.topics[topic]
 	if tw == nil {
 		n := w.q.opts.buckets
-		tw = &topicWait{avail: make([]int, n), held: make([]int, n)}
+		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n)}
 		for b := range tw.avail {
 			tw.avail[b] = unknown
 		}
@@ -216,8 +225,8 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 }
 
 // settle records what a reserve call on bucket b said: the signals left,
-// and whether the topic is paused.
-func (w *waits) settle(topic string, b, left int, status reserveStatus) {
+// whether jobs were left without one, and whether the topic is paused.
+func (w *waits) settle(topic string, b, left int, unsignalled bool, status reserveStatus) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
@@ -225,6 +234,10 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	if status == reservePaused {
 		tw.paused = true
 		return
+	}
+	if unsignalled && !tw.recheck[b] {
+		tw.recheck[b] = true
+		time.AfterFunc(strandedAfter, func() { w.lookStranded(topic, b) })
 	}
 	// Signals left with consumers of this process waiting: as many of
 	// them as there are signals look now (plan sends them where signals
@@ -315,6 +328,23 @@ func (w *waits) deliverLocked(b int, topic string) {
 	}
 	tw.held[b]++
 	time.AfterFunc(holdFor, func() { w.returnHeld(topic) })
+}
+
+// lookStranded has a waiting consumer of topic look at bucket b, where a
+// reserve call took the last signal a while ago and none came since: a job
+// whose signal was lost is taken there (reserve.lua).
+func (w *waits) lookStranded(topic string, b int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topicLocked(topic)
+	tw.recheck[b] = false
+	if w.ctx.Err() != nil || tw.paused || tw.avail[b] != 0 || len(tw.waiters) == 0 {
+		return
+	}
+	tw.avail[b] = unknown
+	wt := tw.waiters[0]
+	tw.waiters = tw.waiters[1:]
+	wt.wake <- noSignal
 }
 
 // returnHeld gives back the signals of topic that no consumer came for.

@@ -225,3 +225,25 @@ func anotherClient(t *testing.T, c redis.UniversalClient) redis.UniversalClient 
 	t.Cleanup(func() { _ = other.Close() })
 	return other
 }
+
+// A signal taken by a process that died before it reserved the job is lost:
+// the job waits in its list with none. A consumer of a process whose
+// reserve call left jobs without a signal looks again a second later and
+// takes it, long before its blocked call's wait ends (blockFor).
+func TestAJobWhoseSignalWasLostIsTakenByAWaitingConsumer(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		first := pushed(t, q, &Job{Topic: "t"})
+		second := pushed(t, q, &Job{Topic: "t"})
+		// The second job's signal goes with a process that dies.
+		require.NoError(t, be.client.LPop(ctx, q.keys.bucket(0).signals("t")).Err())
+
+		job, err := q.Pop(ctx, "t", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, first, job.ID)
+		job, err = q.Pop(ctx, "t", blockFor/2)
+		require.NoError(t, err, "the job without a signal is taken before the blocked call's wait ends")
+		assert.Equal(t, second, job.ID)
+	})
+}

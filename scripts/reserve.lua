@@ -18,7 +18,9 @@
 -- first, its grant is not free yet)
 -- returns {status, signals left, id, job, due_ms, id, job, due_ms, ...}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
--- when not known), the signals the list still holds, and status 1 when as
+-- when not known), the signals the list still holds (-1: none, and the
+-- list still holds jobs, whose signals are on their way or were lost with
+-- a consumer that died holding them), and status 1 when as
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
 -- 3 when the topic is paused (the caller's signals are put back).
@@ -195,6 +197,9 @@ if left == 0 and remaining > 0 and head_waited(head + taken) then
   left = 1
 end
 out[2] = left
+if left == 0 and remaining > 0 then
+  out[2] = -1 -- no signal left for the jobs the list still holds
+end
 tally(KEYS[6], READY, topic, -#found)
 tally(KEYS[6], RESERVED, topic, #found)
 wake_if_first(bucket, pub, wake, first, now)
