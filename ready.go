@@ -103,8 +103,8 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 }
 
 // reserveCall is reserve.lua's call for up to n jobs of topic from bucket
-// b, with held signals; after, when given, is a job ID and a reservation
-// under which that job must no longer be reserved.
+// b, with held signals; after, when given, is pairs of a job ID and a
+// reservation under which that job must no longer be reserved.
 func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, after ...any) *scriptCall {
 	bk := q.keys.bucket(b)
 	return &scriptCall{script: scriptReserve,
