@@ -92,7 +92,7 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		return err
 	}
 
-	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime,
+	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: ctx,
 		running: map[*Job]*running{}, kick: make(chan struct{}, 1)}
 	// Handlers outlive ctx by the grace period; their own context ends then.
 	var stopHandlers context.CancelFunc
@@ -134,6 +134,7 @@ type consumer struct {
 	handler Handler
 	maxRun  time.Duration   // 0: the default
 	ctx     context.Context // the handlers' context
+	popping context.Context // Consume's: it takes jobs until this ends
 	wg      sync.WaitGroup
 	kick    chan struct{} // buffered: a job started; the keeper plans again
 
@@ -303,28 +304,65 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 
 // run calls the handler on one job, calls returned, and settles the job by
 // the handler's outcome: the round trip that settles it does not hold up
-// the next job.
+// the next job. A job whose grant goes on to the next job (handon.go)
+// keeps the slot for it: run runs that one too.
 func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
+	for job != nil {
+		job, ctx = c.runOne(ctx, job, returned)
+	}
+}
+
+// runOne is run for one job; it returns the next job to run in the slot,
+// and its handler's context, or nil once returned is called.
+func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job, context.Context) {
 	err := c.call(ctx, job)
-	if job.grant != "" {
+	handOn := err == nil && job.grant != "" && c.popping.Err() == nil && c.q.limiter.handsOn(job.Topic)
+	switch {
+	case handOn:
+		// The slot waits for the next job, reserved as this one is
+		// finished.
+	case job.grant != "":
 		// Its grant is about to come free: this process's fetch waits
 		// for it rather than for Redis.
 		c.q.limiter.settling(job.Topic, 1)
 		defer c.q.limiter.settling(job.Topic, -1)
+		returned()
+	default:
+		returned()
 	}
-	returned()
 	r, ours := c.finished(job)
 	if r != nil {
 		defer r.cancel(context.Canceled)
 	}
 	if !ours {
-		return // released at shutdown; the job is no longer ours
+		if handOn {
+			returned()
+		}
+		return nil, nil // released at shutdown; the job is no longer ours
 	}
 	// Settle even when the handlers' context has ended.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 10*time.Second)
 	defer cancel()
 	log := c.q.opts.logger
+	var next *Job
+	var nextCtx context.Context
 	switch {
+	case handOn:
+		sent := time.Now()
+		next, err = c.q.finishHandOn(sctx, job)
+		if next != nil && c.popping.Err() != nil {
+			// Consume stopped taking jobs meanwhile: the job goes back.
+			if rerr := c.q.release(sctx, next); rerr != nil {
+				log.Warn("delayqueue: cannot release a job reserved at shutdown; it comes back after its TTR",
+					attrTopic, next.Topic, attrJobID, next.ID, attrError, rerr)
+			}
+			next = nil
+		}
+		if next != nil {
+			nextCtx = c.start(next, sent, time.Now())
+		} else {
+			returned()
+		}
 	case err == nil:
 		err = c.q.finish(sctx, job.ID, job.reservation, job.Topic)
 		c.q.settledGrant(sctx, job.Topic, job.grant, err)
@@ -338,6 +376,7 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 	} else if err != nil {
 		log.Warn("delayqueue: cannot settle job; it comes back after its TTR", attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
 	}
+	return next, nextCtx
 }
 
 // call runs the handler, turning a panic into an error.

@@ -31,8 +31,9 @@ type DelayQueue struct {
 	reserves batch.Lanes[*reserveCall] // ready.go
 	finishes batch.Lanes[*finishCall]  // pool.go
 
-	limiter   limiter                // limits.go
-	givebacks *batch.Lane[*giveBack] // grants.go
+	limiter   limiter                  // limits.go
+	givebacks *batch.Lane[*giveBack]   // grants.go
+	handons   *batch.Lane[*handOnCall] // handon.go
 
 	held       heldSet    // reservations Pop returned, for Finish to check
 	startWatch startWatch // warns when consumers wait and nobody started
@@ -143,7 +144,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	// its own lanes, beside the flush that sends their batches.
 	q.pushes, q.calls = q.pushLanes(lanes), q.callLanes(lanes)
 	q.reserves, q.finishes = q.reserveLanes(lanes), q.finishLanes(lanes)
-	q.givebacks = q.giveBackLane()
+	q.givebacks, q.handons = q.giveBackLane(), q.handOnLane()
 	if rec.format != queueFormat {
 		return nil, fmt.Errorf("%w: queue %q was written in format %d, this version writes %d", ErrFormatMismatch, o.name, rec.format, queueFormat)
 	}

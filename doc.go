@@ -94,6 +94,8 @@
 // many jobs from the buckets, wherever they are, and gives each grant back
 // when its job is settled; a grant whose job's reservation ran out is
 // dropped, so a process that dies gives its capacity back after the TTR.
+// Under Consume, a job that finishes hands its grant on to the next job of
+// the topic from its bucket, in the round trip of its finish (handon.go).
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.
@@ -135,8 +137,8 @@
 //   - seeing inside: inspect.go reads the counts per topic and state
 //     that every script keeps (Overview, Counts, Topics); list.go lists
 //     a topic's jobs by state, a bounded step at a time (List); pause.go
-//     pauses a topic; limits.go and grants.go hold a topic to its limits
-//     (SetLimits).
+//     pauses a topic; limits.go, grants.go and handon.go hold a topic to
+//     its limits (SetLimits).
 //   - observe.go and middleware.go: the hooks of other packages (dqotel
 //     for one): Observers receive every step; push middleware wraps every
 //     push, and may set a job's Headers; consume middleware wraps every

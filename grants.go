@@ -106,7 +106,7 @@ func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
 // held. After another error the job may still be reserved: its grant
 // runs out with its reservation.
 func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err error) {
-	if grant == "" || !(err == nil || errors.Is(err, ErrReservationLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotReserved)) {
+	if grant == "" || !settledOK(err) {
 		return
 	}
 	// A consumer of this process waiting at the limit takes the grant
@@ -282,56 +282,80 @@ type blpopResult struct {
 // renew makes grant name, handed over by a job of this process that
 // settled, a grant for the next reservation (renew.lua), while the caller
 // reserves already: the grant it returns is known good once renewed says
-// so (bindRenewed). A grant that cannot be renewed (the limits changed, or
-// it ran out) is given back by the script.
+// so (bindRenewed).
 func (q *DelayQueue) renew(ctx context.Context, topic, name string) (*grant, chan error) {
 	g := &grant{topic: topic, handed: name, n: 1}
 	renewed := make(chan error, 1)
 	go func() {
-		lk := q.keys.limit(topic)
-		hold := q.limiter.hold(topic, q.opts.ttr) + grantSlack
-		calls := []*scriptCall{{script: scriptRenew, keys: []string{q.keys.limits(), lk.run, lk.free},
-			args: []any{topic, name, hold.Milliseconds()}}}
+		calls := []*scriptCall{q.renewCall(topic, name)}
 		q.sendCalls(ctx, calls)
-		res, err := calls[0].cmd.Int64Slice()
-		switch {
-		case err == nil && len(res) != 2:
-			err = fmt.Errorf("unexpected reply %v", res)
-		case err == nil && res[0] != 1:
-			err = errNotRenewed
-		case err == nil:
-			g.deadline = res[1]
-		}
-		if err != nil && err != errNotRenewed {
-			err = fmt.Errorf("delayqueue: renew capacity of %q: %w", topic, err)
-		}
-		renewed <- err
+		renewed <- g.renewed(calls[0].cmd, 0)
 	}()
 	return g, renewed
+}
+
+// renewCall is renew.lua's call for grants of topic.
+func (q *DelayQueue) renewCall(topic string, grants ...string) *scriptCall {
+	lk := q.keys.limit(topic)
+	hold := q.limiter.hold(topic, q.opts.ttr) + grantSlack
+	args := []any{topic, hold.Milliseconds()}
+	for _, g := range grants {
+		args = append(args, g)
+	}
+	return &scriptCall{script: scriptRenew, keys: []string{q.keys.limits(), lk.run}, args: args}
+}
+
+// renewed reads renew.lua's reply for g, its i-th grant: nil when renewed
+// (g's deadline is then set), errNotRenewed when the grant does not stand.
+func (g *grant) renewed(cmd *redis.Cmd, i int) error {
+	res, err := cmd.Int64Slice()
+	switch {
+	case err == nil && len(res) < i+2:
+		err = fmt.Errorf("unexpected reply %v", res)
+	case err == nil && res[i+1] != 1:
+		return errNotRenewed
+	case err == nil:
+		g.deadline = res[0]
+		return nil
+	}
+	return fmt.Errorf("delayqueue: renew capacity of %q: %w", g.topic, err)
 }
 
 var errNotRenewed = errors.New("delayqueue: grant not renewed")
 
 // bindRenewed binds g to jobs, as bind does, once its renewal (if any)
 // came through; when it did not, the jobs reserved with it are released
-// to ready at once, and it reports false.
+// to ready at once, the grant is given back after them, and it reports
+// false.
 func (q *DelayQueue) bindRenewed(ctx context.Context, g *grant, renewed chan error, jobs []*Job) bool {
 	if renewed != nil {
 		if err := <-renewed; err != nil {
-			if err != errNotRenewed {
-				q.opts.logger.Warn("delayqueue: cannot renew capacity; taking it anew", attrTopic, g.topic, attrError, err)
-			}
-			for _, job := range jobs {
-				if err := q.release(context.WithoutCancel(ctx), job); err != nil {
-					q.opts.logger.Warn("delayqueue: cannot release a job reserved without capacity; it comes back after its TTR",
-						attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
-				}
-			}
+			q.unrenewed(ctx, g, err, jobs)
 			return false
 		}
 	}
 	q.bind(ctx, g, jobs)
 	return true
+}
+
+// unrenewed releases jobs, reserved with g whose renewal failed with err,
+// and then gives g back: not before, so that the grant counts while they
+// are reserved.
+func (q *DelayQueue) unrenewed(ctx context.Context, g *grant, err error, jobs []*Job) {
+	if err != errNotRenewed {
+		q.opts.logger.Warn("delayqueue: cannot renew capacity; taking it anew", attrTopic, g.topic, attrError, err)
+	}
+	released := true
+	for _, job := range jobs {
+		if err := q.release(context.WithoutCancel(ctx), job); err != nil {
+			released = false
+			q.opts.logger.Warn("delayqueue: cannot release a job reserved without capacity; it comes back after its TTR",
+				attrTopic, job.Topic, attrJobID, job.ID, attrError, err)
+		}
+	}
+	if released { // else the grant runs out at its deadline
+		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: g.topic, settled: []string{g.handed}})
+	}
 }
 
 // pokeKeys pushes the keys of consumers waiting at a limit, to end their

@@ -110,7 +110,12 @@ func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, top
 	if err := q.finishes.For(b).Do(ctx, c); err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
-	switch c.status {
+	return q.finished(ctx, id, topic, c.status)
+}
+
+// finished reads finish.lua's status for job id of topic.
+func (q *DelayQueue) finished(ctx context.Context, id, topic string, status int64) error {
+	switch status {
 	case 0:
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	case -1:
@@ -120,6 +125,11 @@ func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, top
 	}
 	q.observe(ctx, Event{Kind: EventFinished, Topic: topic, JobID: id})
 	return nil
+}
+
+// finishKeys are finish.lua's keys in the bucket.
+func (bk bucketKeys) finishKeys() []string {
+	return []string{bk.pool, bk.zset, bk.dedup, bk.counts}
 }
 
 // finishLanes coalesce concurrent finishes, one batch in flight, as
@@ -141,7 +151,7 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*f
 		for _, r := range g.Reqs {
 			args = append(args, r.In.id, r.In.reservation)
 		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: []string{bk.pool, bk.zset, bk.dedup, bk.counts}, args: args, settles: true, bucket: g.Key}
+		calls[i] = &scriptCall{script: scriptFinish, keys: bk.finishKeys(), args: args, settles: true, bucket: g.Key}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {

@@ -85,12 +85,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		for _, r := range g.Reqs {
 			held += r.In.held
 		}
-		bk := q.keys.bucket(g.Key.b)
-		calls[i] = &scriptCall{script: scriptReserve,
-			keys: []string{bk.ready(g.Key.topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName()), bk.counts,
-				bk.signals(g.Key.topic), bk.paused},
-			args:    []any{bk.wake, q.pub, staleSkips, g.Key.topic, g.Size, q.recordLife.Milliseconds(), held, g.Key.greedy},
-			settles: true, bucket: g.Key.b}
+		calls[i] = q.reserveCall(g.Key.b, g.Key.topic, g.Size, held, g.Key.greedy)
 	}
 	q.sendCalls(ctx, calls)
 	// A call whose reply was lost may have reserved jobs that nobody
@@ -98,26 +93,43 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	// run answers from its record.
 	q.resendUnanswered(ctx, calls, resendWindow)
 	for i, g := range groups {
-		jobs, status, left, err := reserveResult(calls[i].cmd)
-		if err != nil {
-			err = fmt.Errorf("delayqueue: pop %q from bucket %d: %w", g.Key.topic, g.Key.b, err)
-		} else if len(jobs) > 0 {
-			// The reply is in: go-redis sends the call no more, and its
-			// record can go.
-			q.forget(g.Key.b, calls[i].keys[4])
-		}
-		for _, job := range jobs {
-			job.queue = q.ident
-		}
-		if err == nil {
-			q.observe(ctx, Event{Kind: EventReserveCall, Topic: g.Key.topic, Count: len(jobs)})
-		}
+		jobs, status, left, err := q.reserved(ctx, g.Key.b, g.Key.topic, calls[i])
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
 			r.In.status, r.In.left, r.In.unsignalled, r.Err = status, max(left, 0), left < 0, err
 		}
 	}
+}
+
+// reserveCall is reserve.lua's call for up to n jobs of topic from bucket
+// b, with held signals; after, when given, is pairs of a job ID and a
+// reservation under which that job must no longer be reserved.
+func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, after ...any) *scriptCall {
+	bk := q.keys.bucket(b)
+	return &scriptCall{script: scriptReserve,
+		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName()), bk.counts,
+			bk.signals(topic), bk.paused},
+		args:    append([]any{bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy}, after...),
+		settles: true, bucket: b}
+}
+
+// reserved reads the reply of reserve call c (reserveCall) of bucket b.
+func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scriptCall) ([]*Job, reserveStatus, int, error) {
+	jobs, status, left, err := reserveResult(c.cmd)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
+	}
+	if len(jobs) > 0 {
+		// The reply is in: go-redis sends the call no more, and its
+		// record can go.
+		q.forget(b, c.keys[4])
+	}
+	for _, job := range jobs {
+		job.queue = q.ident
+	}
+	q.observe(ctx, Event{Kind: EventReserveCall, Topic: topic, Count: len(jobs)})
+	return jobs, status, left, nil
 }
 
 // reserveResult reads reserve.lua's reply: the jobs reserved, how the call

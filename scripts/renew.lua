@@ -1,18 +1,19 @@
 #!lua
--- renew.lua: make a grant of a limited topic (acquire.lua), handed over by
--- a job that settled, a grant for the caller's next reservation: when the
+-- renew.lua: make grants of a limited topic (acquire.lua), handed over by
+-- jobs that settled, grants for the caller's next reservations: when the
 -- topic has a Concurrency and no Rate (a rate counts every reservation),
 -- the grant is still held, and the grants held are within the limit.
--- Otherwise the grant is given back (and one waiting consumer woken).
--- KEYS[1] limits hash  KEYS[2] the topic's grants (run zset)  KEYS[3] the
--- topic's capacity wake-ups (list)
--- ARGV[1] topic  ARGV[2] the grant  ARGV[3] how long it lasts until bound
--- to a job, ms
--- returns {1, deadline_ms} renewed, {0, 0} not
+-- Otherwise a grant is left as it is: the caller may have reserved with
+-- it already, and gives it back once those jobs are released.
+-- KEYS[1] limits hash  KEYS[2] the topic's grants (run zset)
+-- ARGV[1] topic  ARGV[2] how long they last until bound to a job, ms
+-- ARGV[3..] the grants
+-- returns {deadline_ms, r, r, ...}: r is 1 for each grant renewed (until
+-- deadline_ms), 0 for one not
 -- Running it twice renews twice, from the second run's time.
 
-local limits, run, free = KEYS[1], KEYS[2], KEYS[3]
-local topic, member = ARGV[1], ARGV[2]
+local limits, run = KEYS[1], KEYS[2]
+local topic = ARGV[1]
 local now = floor(now_us() / 1000)
 local l = redis.call('HGET', limits, topic)
 local conc, rmax = 0, 1
@@ -21,16 +22,15 @@ if l then
   conc, rmax = tonumber(conc), tonumber(rmax)
 end
 redis.call('ZREMRANGEBYSCORE', run, '-inf', now)
-local held = redis.call('ZSCORE', run, member)
-if held and conc > 0 and rmax == 0 and redis.call('ZCARD', run) <= conc then
-  local deadline = now + tonumber(ARGV[3])
-  redis.call('ZADD', run, deadline, member)
-  return {1, deadline}
+local within = conc > 0 and rmax == 0 and redis.call('ZCARD', run) <= conc
+local deadline = now + tonumber(ARGV[2])
+local out = {deadline}
+for i = 3, #ARGV do
+  local r = 0
+  if within and redis.call('ZSCORE', run, ARGV[i]) then
+    redis.call('ZADD', run, deadline, ARGV[i])
+    r = 1
+  end
+  out[#out + 1] = r
 end
-if held then
-  redis.call('ZREM', run, member)
-  redis.call('RPUSH', free, '1')
-  redis.call('LTRIM', free, -16, -1)
-  redis.call('PEXPIRE', free, 10000)
-end
-return {0, 0}
+return out

@@ -11,7 +11,11 @@
 -- ARGV[6] how long the record lives, ms  ARGV[7] how many signals the
 -- caller holds (taken off the signals by a blocked pop)  ARGV[8] "1" to
 -- take as many jobs as asked whatever the signals (a consumer that will
--- not wait), claiming those it can
+-- not wait), claiming those it can  ARGV[9..] (optional) pairs of a job
+-- ID and a reservation: reserve nothing while one of those jobs is
+-- reserved under its reservation (jobs whose grants the call's jobs take
+-- over, finished in the same pipeline just before: if a finish did not run
+-- first, its grant is not free yet)
 -- returns {status, signals left, id, job, due_ms, id, job, due_ms, ...}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
@@ -48,6 +52,12 @@ local held = tonumber(ARGV[7])
 forget_records(9)
 
 local PAUSED = 3
+for i = 9, #ARGV, 2 do
+  local v = redis.call('HGET', pool, ARGV[i])
+  if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
+    return {0, redis.call('LLEN', signals)}
+  end
+end
 -- stranded is how long a job may wait with no signal left before a
 -- call takes it regardless.
 local stranded = 1000

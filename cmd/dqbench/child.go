@@ -77,6 +77,10 @@ type childConfig struct {
 	// readTimeout is the client's ReadTimeout; 0: go-redis's default.
 	readTimeout time.Duration
 	ttr         time.Duration // dq: the jobs' TTR; 0: a minute
+	// work (dq, consume) is how long each handler takes; its span is
+	// reported. handlers is Consume's Concurrency.
+	work     time.Duration
+	handlers int
 }
 
 func parseChildFlags(args []string) (*childConfig, error) {
@@ -97,6 +101,8 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.BoolVar(&c.endure, "endure", false, "dq: retry and count Redis errors of pushes, pops and finishes; jobs carry their numbers as IDs")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 0, "the client's ReadTimeout (0: go-redis's default, 3s)")
 	fs.DurationVar(&c.ttr, "ttr", time.Minute, "dq: the jobs' TTR")
+	fs.DurationVar(&c.work, "work", 0, "dq, consume: each handler takes this long, and reports its span")
+	fs.IntVar(&c.handlers, "handlers", workers, "dq, consume: Consume's Concurrency")
 	fs.StringVar(&c.logLevel, "log", "", "dq: log the queue at this level (debug, info, warn) on stderr, with microsecond times")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -191,7 +197,7 @@ func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (d
 	if err != nil {
 		return nil, err
 	}
-	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure, calls: calls}
+	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure, calls: calls, work: c.work, handlers: c.handlers}
 	if c.start {
 		if err := q.Start(ctx); err != nil {
 			_ = d.close(ctx)
@@ -220,6 +226,9 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 
 	g, gctx := errgroup.WithContext(ctx)
 	if c.role != "producer" {
+		if q, ok := d.(*queue); ok {
+			q.spanned = out.span
+		}
 		g.Go(func() error { return d.consume(gctx, out.record) })
 	}
 	if c.role != "consumer" {
@@ -302,6 +311,10 @@ type queue struct {
 	endure  bool   // -endure
 	retried atomic.Int64
 	calls   *reserveCalls
+	// work and handlers: -work and -handlers; spanned reports a span.
+	work     time.Duration
+	handlers int
+	spanned  func(body []byte, start, end time.Time)
 }
 
 // reserveCalls counts the reserve calls of the queue, and those that found
@@ -359,14 +372,19 @@ func (d *queue) again(ctx context.Context) bool {
 	}
 }
 
-// consume runs 16 goroutines calling Pop and Finish, or Consume with 16
-// handlers, until ctx ends.
+// consume runs 16 goroutines calling Pop and Finish, or Consume with
+// -handlers handlers (each taking -work), until ctx ends.
 func (d *queue) consume(ctx context.Context, got func(body []byte, reserved time.Time)) error {
 	if d.method == "consume" {
 		err := d.q.Consume(ctx, layoutTopic, func(_ context.Context, job *delayqueue.Job) error {
 			got(job.Body, job.ReservedUntil.Add(-job.TTR))
+			if d.work > 0 {
+				start := time.Now()
+				time.Sleep(d.work) // the work
+				d.spanned(job.Body, start, time.Now())
+			}
 			return nil
-		}, delayqueue.ConsumeOptions{Concurrency: workers})
+		}, delayqueue.ConsumeOptions{Concurrency: d.handlers})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -447,19 +465,43 @@ func (r *reporter) flushLoop() {
 // reserved, zero when unknown.
 func (r *reporter) record(body []byte, reserved time.Time) {
 	at := time.Now()
-	job, due, err := parseBody(body)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		if r.err == nil {
-			r.err = err
-		}
+	job, due, ok := r.parse(body)
+	if !ok {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	dueAt := time.UnixMilli(due)
 	r.buf = appendReceipt(r.buf[:0], receipt{job: job, at: at, due: dueAt, early: !reserved.IsZero() && reserved.Before(dueAt)})
 	_, _ = r.w.Write(r.buf)
 	r.n++
+}
+
+// parse reads a job's body; the first body it cannot read is the
+// child's error.
+func (r *reporter) parse(body []byte) (int, int64, bool) {
+	job, due, err := parseBody(body)
+	if err != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.err == nil {
+			r.err = err
+		}
+		return 0, 0, false
+	}
+	return job, due, true
+}
+
+// span reports when a job's handler ran.
+func (r *reporter) span(body []byte, start, end time.Time) {
+	job, _, ok := r.parse(body)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = appendSpan(r.buf[:0], span{job: job, start: start, end: end})
+	_, _ = r.w.Write(r.buf)
 }
 
 func (r *reporter) received() int {

@@ -2,21 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dqueue/delayqueue"
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 )
 
 // Scenario lim: how much of a topic's limits a backlog uses, and what a
-// limit costs Redis. Three consumers, each a DelayQueue on a client of its
-// own (as three processes would be), each Consume with 16 handlers that
-// take limHandler per job, work off a backlog: once under a rate limit,
+// limit costs Redis. Three consumer processes (children, see protocol.go),
+// each Consume with 16 handlers that take limHandler per job, work off a
+// backlog: once under a rate limit,
 // once under a concurrency limit, and once with no limit and about as many
 // handlers as the concurrency limit lets run, for the cost per job.
 // It runs only when named: go run ./cmd/dqbench -only lim -runs 3
@@ -73,41 +72,34 @@ func limitsUse(ctx context.Context, b *bench) (figures, error) {
 	return out, nil
 }
 
-// limitRun pushes n jobs under limits l, consumes them with one queue per
-// entry of handlers (its Consume's Concurrency), and returns the handlers'
-// start times, the time-averaged number running, and Redis's CPU (µs) and
-// commands sent per job.
+// limitRun pushes n jobs under limits l, consumes them with one consumer
+// process per entry of handlers (its Consume's Concurrency; each handler
+// takes limHandler), and returns the handlers' start times, the
+// time-averaged number running, and Redis's CPU (µs) and commands sent per
+// job.
 func (b *bench) limitRun(ctx context.Context, l delayqueue.Limits, n int, handlers []int) ([]time.Time, float64, float64, float64, error) {
 	name := b.queueName("lim")
-	var qs []*delayqueue.DelayQueue
-	for range handlers {
-		var c redis.UniversalClient
-		if b.cluster {
-			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.addrs, PoolSize: 64})
-		} else {
-			c = redis.NewClient(&redis.Options{Addr: b.addrs[0], PoolSize: 64})
-		}
-		defer c.Close()
-		q, err := delayqueue.New(c, delayqueue.WithName(name))
-		if err != nil {
-			return nil, 0, 0, 0, err
-		}
-		defer q.Close(context.WithoutCancel(ctx))
-		if err := q.Start(ctx); err != nil {
-			return nil, 0, 0, 0, err
-		}
-		qs = append(qs, q)
+	var c redis.UniversalClient
+	if b.cluster {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.addrs})
+	} else {
+		c = redis.NewClient(&redis.Options{Addr: b.addrs[0]})
 	}
-	if err := qs[0].SetLimits(ctx, "lim", l); err != nil {
+	defer c.Close()
+	q, err := delayqueue.New(c, delayqueue.WithName(name))
+	if err != nil {
 		return nil, 0, 0, 0, err
 	}
-	body := body()
+	defer q.Close(context.WithoutCancel(ctx))
+	if err := q.SetLimits(ctx, layoutTopic, l); err != nil {
+		return nil, 0, 0, 0, err
+	}
 	jobs := make([]*delayqueue.Job, n)
 	for i := range jobs {
-		jobs[i] = &delayqueue.Job{Topic: "lim", Body: body}
+		jobs[i] = &delayqueue.Job{Topic: layoutTopic, Body: jobBody(i, 0)}
 	}
 	for i := 0; i < n; i += 500 {
-		if _, err := qs[0].PushMany(ctx, jobs[i:min(i+500, n)]); err != nil {
+		if _, err := q.PushMany(ctx, jobs[i:min(i+500, n)]); err != nil {
 			return nil, 0, 0, 0, err
 		}
 	}
@@ -115,46 +107,49 @@ func (b *bench) limitRun(ctx context.Context, l delayqueue.Limits, n int, handle
 	if err != nil {
 		return nil, 0, 0, 0, err
 	}
-	var mu sync.Mutex
-	starts := make([]time.Time, 0, n)
-	var lastEnd time.Time
-	var busy time.Duration
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	g, gctx := errgroup.WithContext(cctx)
-	for i, q := range qs {
-		g.Go(func() error {
-			err := q.Consume(gctx, "lim", func(context.Context, *delayqueue.Job) error {
-				start := time.Now()
-				time.Sleep(limHandler) // the work
-				end := time.Now()
-				mu.Lock()
-				defer mu.Unlock()
-				starts = append(starts, start)
-				busy += end.Sub(start)
-				if end.After(lastEnd) {
-					lastEnd = end
-				}
-				if len(starts) == n {
-					cancel()
-				}
-				return nil
-			}, delayqueue.ConsumeOptions{Concurrency: handlers[i]})
-			if errors.Is(err, context.Canceled) {
-				err = nil
-			}
-			return err
-		})
+	got := newReceipts(n)
+	f := newFleet(got)
+	defer f.kill()
+	for i, h := range handlers {
+		if _, err := f.start(fmt.Sprintf("consumer %d", i+1), "consumer",
+			"-addrs", strings.Join(b.addrs, ","), "-cluster="+strconv.FormatBool(b.cluster), "-queue", name,
+			"-impl", "dq", "-method", "consume", "-start", "-timeout", "5m",
+			"-handlers", strconv.Itoa(h), "-work", limHandler.String()); err != nil {
+			return nil, 0, 0, 0, err
+		}
 	}
-	if err := g.Wait(); err != nil {
+	if err := f.waitReady(ctx, time.Minute); err != nil {
 		return nil, 0, 0, 0, err
 	}
-	if len(starts) < n {
-		return nil, 0, 0, 0, fmt.Errorf("lim: %d of %d jobs consumed in time", len(starts), n)
+	wait := time.NewTimer(5 * time.Minute)
+	defer wait.Stop()
+	select {
+	case <-got.all:
+	case <-wait.C:
+		return nil, 0, 0, 0, fmt.Errorf("lim: %d of %d jobs consumed in time", got.distinct, n)
+	case <-ctx.Done():
+		return nil, 0, 0, 0, ctx.Err()
+	}
+	// Stopped, the consumers let their running handlers end.
+	if err := f.stop(ctx, time.Minute); err != nil {
+		return nil, 0, 0, 0, err
 	}
 	after, err := b.commandCalls(ctx)
 	if err != nil {
 		return nil, 0, 0, 0, err
+	}
+	if len(f.spans) < n {
+		return nil, 0, 0, 0, fmt.Errorf("lim: %d of %d handlers reported", len(f.spans), n)
+	}
+	starts := make([]time.Time, len(f.spans))
+	var busy time.Duration
+	var lastEnd time.Time
+	for i, sp := range f.spans {
+		starts[i] = sp.start
+		busy += sp.end.Sub(sp.start)
+		if sp.end.After(lastEnd) {
+			lastEnd = sp.end
+		}
 	}
 	d := after.sub(before)
 	first := slices.MinFunc(starts, func(a, b time.Time) int { return a.Compare(b) })

@@ -34,6 +34,9 @@ type fleet struct {
 	procs  []*proc
 	got    *receipts
 	exited chan *proc // each proc once, when it is done
+
+	mu    sync.Mutex
+	spans []span // the handlers' spans the consumers reported (-work)
 }
 
 func newFleet(got *receipts) *fleet {
@@ -90,6 +93,14 @@ func (f *fleet) read(p *proc, stdout io.Reader) {
 			if err := f.got.add(line); err != nil && len(errs) == 0 {
 				errs = append(errs, err)
 			}
+		case bytes.HasPrefix(line, []byte(spanMark)):
+			sp, err := parseSpan(line)
+			if err != nil && len(errs) == 0 {
+				errs = append(errs, err)
+			}
+			f.mu.Lock()
+			f.spans = append(f.spans, sp)
+			f.mu.Unlock()
 		case string(line) == readyLine && !ready:
 			close(p.ready)
 			ready = true

@@ -22,6 +22,7 @@ import (
 //	                                 time it arrived, its due time, and 1 when
 //	                                 the queue reserved it before its due time
 //	                                 on the server's clock (dq only)
+//	h <job> <start µs> <end µs>      one handler's span (consumers with -work)
 //	{...}                            its childResult, the last line it writes
 //
 // and reads lines from stdin:
@@ -37,7 +38,50 @@ const (
 	readyLine   = "ready"
 	goPrefix    = "go "
 	receiptMark = "r "
+	spanMark    = "h "
 )
+
+// span is when one job's handler ran, as a consumer with -work reports it.
+type span struct {
+	job        int
+	start, end time.Time
+}
+
+func appendSpan(b []byte, s span) []byte {
+	b = append(b, spanMark...)
+	b = strconv.AppendInt(b, int64(s.job), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.start.UnixMicro(), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.end.UnixMicro(), 10)
+	return append(b, '\n')
+}
+
+func parseSpan(line []byte) (span, error) {
+	n, err := lineInts(line, spanMark, 3)
+	if err != nil {
+		return span{}, fmt.Errorf("bad span: %w", err)
+	}
+	return span{job: int(n[0]), start: time.UnixMicro(n[1]), end: time.UnixMicro(n[2])}, nil
+}
+
+// lineInts reads the k integers of a line that starts with mark.
+func lineInts(line []byte, mark string, k int) ([]int64, error) {
+	rest, ok := bytes.CutPrefix(line, []byte(mark))
+	f := bytes.Fields(rest)
+	if !ok || len(f) != k {
+		return nil, fmt.Errorf("%q", line)
+	}
+	n := make([]int64, k)
+	for i := range n {
+		v, err := strconv.ParseInt(string(f[i]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", line, err)
+		}
+		n[i] = v
+	}
+	return n, nil
+}
 
 // childResult is what a child reports when it is done.
 type childResult struct {
@@ -77,18 +121,9 @@ func appendReceipt(b []byte, r receipt) []byte {
 
 // parseReceipt reads a receipt line, without its newline.
 func parseReceipt(line []byte) (receipt, error) {
-	rest, ok := bytes.CutPrefix(line, []byte(receiptMark))
-	f := bytes.Fields(rest)
-	if !ok || len(f) != 4 {
-		return receipt{}, fmt.Errorf("bad receipt %q", line)
-	}
-	var n [4]int64
-	for i := range n {
-		v, err := strconv.ParseInt(string(f[i]), 10, 64)
-		if err != nil {
-			return receipt{}, fmt.Errorf("bad receipt %q: %w", line, err)
-		}
-		n[i] = v
+	n, err := lineInts(line, receiptMark, 4)
+	if err != nil {
+		return receipt{}, fmt.Errorf("bad receipt: %w", err)
 	}
 	return receipt{job: int(n[0]), at: time.UnixMicro(n[1]), due: time.UnixMilli(n[2]), early: n[3] == 1}, nil
 }
