@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -177,44 +178,57 @@ func TestCapacityOfAnAbandonedReservationComesBackAfterItsTTR(t *testing.T) {
 // topic whose jobs sit in every bucket (on a Cluster, on every master);
 // the handlers count themselves how many run at once.
 func TestConsumersNeverExceedTheLimits(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		name := uniqueName(t)
-		const conc, jobs = 3, 60
-		var qs []*DelayQueue
-		for range 3 {
-			q := newQueue(t, be.client, WithName(name))
-			startQueue(t, q)
-			qs = append(qs, q)
-		}
-		require.NoError(t, qs[0].SetLimits(ctx, "t", Limits{Concurrency: conc}))
-		for range jobs {
-			pushed(t, qs[0], &Job{Topic: "t"})
-		}
-		var running, most, done atomic.Int64
-		var wg sync.WaitGroup
-		for _, q := range qs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				assert.NoError(t, q.Consume(ctx, "t", func(ctx context.Context, job *Job) error {
-					n := running.Add(1)
-					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-					}
-					time.Sleep(2 * time.Millisecond) // the work
-					running.Add(-1)
-					done.Add(1)
-					return nil
-				}, ConsumeOptions{Concurrency: 4}))
-			}()
-		}
-		require.Eventually(t, func() bool { return done.Load() == jobs }, time.Minute, 10*time.Millisecond)
-		cancel()
-		wg.Wait()
-		assert.LessOrEqual(t, most.Load(), int64(conc))
-		assert.Positive(t, most.Load())
-	})
+	forEachBackend(t, func(t *testing.T, be backend) { consumersNeverExceed(t, be.client) })
+}
+
+// Through Sentinel the limiter's keys live on the primary that the
+// failover client finds; nothing else changes.
+func TestConsumersNeverExceedTheLimitsThroughSentinel(t *testing.T) {
+	s := redistest.StartSentinels(t)
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: s.SentinelAddrs()})
+	t.Cleanup(func() { _ = fc.Close() })
+	consumersNeverExceed(t, fc)
+}
+
+// consumersNeverExceed has three instances Consume a topic limited to 3
+// running, each with room for 4, and checks the most running at once.
+func consumersNeverExceed(t *testing.T, client redis.UniversalClient) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	name := uniqueName(t)
+	const conc, jobs = 3, 60
+	var qs []*DelayQueue
+	for range 3 {
+		q := newQueue(t, client, WithName(name))
+		startQueue(t, q)
+		qs = append(qs, q)
+	}
+	require.NoError(t, qs[0].SetLimits(ctx, "t", Limits{Concurrency: conc}))
+	for range jobs {
+		pushed(t, qs[0], &Job{Topic: "t"})
+	}
+	var running, most, done atomic.Int64
+	var wg sync.WaitGroup
+	for _, q := range qs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, q.Consume(ctx, "t", func(ctx context.Context, job *Job) error {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(2 * time.Millisecond) // the work
+				running.Add(-1)
+				done.Add(1)
+				return nil
+			}, ConsumeOptions{Concurrency: 4}))
+		}()
+	}
+	require.Eventually(t, func() bool { return done.Load() == jobs }, time.Minute, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+	assert.LessOrEqual(t, most.Load(), int64(conc))
+	assert.Positive(t, most.Load())
 }
 
 // TestConsumersNeverExceedTheRate checks every window of Per over the
