@@ -19,8 +19,10 @@ import (
 // TestScheduleTicksOnceThroughKilledProcesses runs an every-200ms schedule
 // in mover processes that are killed (SIGKILL) and restarted at random,
 // at least two running at any time: every tick's job comes exactly once,
-// none skipped. Then every process is killed for longer than a lease: the
-// ticks of the outage give at most one job.
+// none skipped. Then every process is killed for longer than twice a
+// lease (an outage, as the schedules count one): the ticks of the outage
+// give at most one job. The lease is 2 s, so that a test machine that
+// starves every process for a second or two does not look like an outage.
 func TestScheduleTicksOnceThroughKilledProcesses(t *testing.T) {
 	s, name := redistest.Shared(t), uniqueName(t)
 	q := newQueue(t, s.Client(t), WithName(name)) // schedules and consumes; never started
@@ -50,7 +52,7 @@ func TestScheduleTicksOnceThroughKilledProcesses(t *testing.T) {
 		}
 	}()
 	spawn := func() *child {
-		c := startChild(t, "mover", s.Addr, name, "DQ_LEASE=1s")
+		c := startChild(t, "mover", s.Addr, name, "DQ_LEASE=2s")
 		c.expect(t, "started")
 		return c
 	}
@@ -80,12 +82,12 @@ func TestScheduleTicksOnceThroughKilledProcesses(t *testing.T) {
 	}
 	mu.Unlock()
 
-	// Every process down for longer than their lease.
+	// Every process down for longer than twice their lease.
 	for _, c := range movers {
 		kill(c)
 	}
 	down := serverMs(t, s.Client(t))
-	time.Sleep(3 * time.Second) // the outage itself
+	time.Sleep(6 * time.Second) // the outage itself
 	up := serverMs(t, s.Client(t))
 	movers = []*child{spawn()}
 	// The outage ends when the restarted process first reaches Redis,
