@@ -58,9 +58,7 @@ func TestSetLimitsRefusesBadValuesAndZeroRemoves(t *testing.T) {
 func TestPopObeysConcurrencyAcrossInstances(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
-		name := uniqueName(t)
-		a := newQueue(t, be.client, WithName(name))
-		b := newQueue(t, be.client, WithName(name))
+		a, b := twoInstances(t, be.client)
 		startQueue(t, a)
 		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 2}))
 		for range 6 {
@@ -122,9 +120,7 @@ func TestPopObeysConcurrencyAcrossInstances(t *testing.T) {
 func TestPopObeysRate(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
-		name := uniqueName(t)
-		a := newQueue(t, be.client, WithName(name))
-		b := newQueue(t, be.client, WithName(name))
+		a, b := twoInstances(t, be.client)
 		require.NoError(t, a.SetLimits(ctx, "t", Limits{Rate: 3, Per: time.Hour}))
 		for range 5 {
 			pushed(t, a, &Job{Topic: "t"})
@@ -154,9 +150,7 @@ func TestPopObeysRate(t *testing.T) {
 func TestCapacityOfAnAbandonedReservationComesBackAfterItsTTR(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
-		name := uniqueName(t)
-		dead := newQueue(t, be.client, WithName(name))
-		live := newQueue(t, be.client, WithName(name))
+		dead, live := twoInstances(t, be.client)
 		startQueue(t, live)
 		require.NoError(t, live.SetLimits(ctx, "t", Limits{Concurrency: 1}))
 		pushed(t, live, &Job{Topic: "t", TTR: 300 * time.Millisecond})
@@ -343,9 +337,7 @@ func TestProcessesNeverExceedConcurrencyAndAKilledOnesCapacityComesBack(t *testi
 func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
-		name := uniqueName(t)
-		a := newQueue(t, be.client, WithName(name))
-		b := newQueue(t, be.client, WithName(name))
+		a, b := twoInstances(t, be.client)
 		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 2}))
 		for range 4 {
 			pushed(t, a, &Job{Topic: "t"})
@@ -380,4 +372,10 @@ func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
 		assert.Equal(t, 1, c.Reserved)
 		require.NoError(t, a.Finish(ctx, j3.ID))
 	})
+}
+
+// twoInstances opens one queue twice, as two processes would.
+func twoInstances(t *testing.T, c redis.UniversalClient) (*DelayQueue, *DelayQueue) {
+	name := uniqueName(t)
+	return newQueue(t, c, WithName(name)), newQueue(t, c, WithName(name))
 }
