@@ -258,8 +258,18 @@ func (w *waits) enlist(topic string, wt *waiter) {
 	if !slices.Contains(tw.waiters, wt) {
 		tw.waiters = append(tw.waiters, wt)
 	}
+	// A signal taken while no consumer waited is held for the next to
+	// come: the blocked calls would not take it again before it is given
+	// back, nor hear when it is.
+	for b := range tw.held {
+		for ; tw.held[b] > 0 && len(tw.waiters) > 0; tw.held[b]-- {
+			next := tw.waiters[0]
+			tw.waiters = tw.waiters[1:]
+			next.wake <- b
+		}
+	}
 	var poke []string
-	if !tw.paused {
+	if !tw.paused && len(tw.waiters) > 0 {
 		for _, g := range w.groups {
 			switch {
 			case g.keys == nil:
@@ -460,7 +470,8 @@ func (w *waits) resumePaused() {
 const maxTake = 64
 
 // wanted returns the keys group g waits on now: the signal lists of the
-// topics that consumers wait for (not paused, no signal held), and its poke
+// topics that consumers wait for (not paused; a topic with signals held has
+// no waiter, see enlist), and its poke
 // key; nil when it waits for none. It records them as the call under way.
 // n is how many signals the call may take: one per waiting consumer of
 // those topics, so that a burst of jobs made ready together wakes as many
@@ -475,9 +486,7 @@ func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 			continue
 		}
 		for _, b := range g.buckets {
-			if tw.held[b] == 0 {
-				keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
-			}
+			keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
 		}
 		n += len(tw.waiters)
 	}

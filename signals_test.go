@@ -247,3 +247,33 @@ func TestAJobWhoseSignalWasLostIsTakenByAWaitingConsumer(t *testing.T) {
 		assert.Equal(t, second, job.ID)
 	})
 }
+
+// A signal a process took while none of its consumers waited (the one it
+// was taken for left) is held for the next consumer; a consumer that then
+// starts to wait gets it at once. Its blocked calls would neither take it
+// from Redis before it is given back nor hear when it is: without this,
+// the consumer waited for another job's signal, or for the blocked call's
+// whole wait.
+func TestASignalHeldGoesToTheNextConsumerThatWaits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		pushed(t, q, &Job{Topic: "t"})
+		w, err := q.waiting()
+		require.NoError(t, err)
+		// The job's signal, taken by a blocked call for a consumer that
+		// has gone.
+		require.NoError(t, be.client.LPop(ctx, q.keys.bucket(0).signals("t")).Err())
+		w.unused("t", 0)
+
+		wt := &waiter{wake: make(chan int, 1)}
+		w.enlist("t", wt)
+		defer w.leave("t", wt)
+		select {
+		case b := <-wt.wake:
+			assert.Equal(t, 0, b, "the held signal, of bucket 0")
+		case <-time.After(blockFor / 2):
+			t.Fatal("a consumer that starts to wait is not given the signal held")
+		}
+	})
+}
