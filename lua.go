@@ -94,8 +94,8 @@ func assembleScript(files fs.FS, name string) (flags, code string, err error) {
 	return flags, code, err
 }
 
-// withIncludes returns src, the code of file name, after the library files
-// it includes and theirs, each once, a library after those it includes,
+// withIncludes returns src, the code of file name, after the library
+// files it includes and theirs, each once, a library after those it includes,
 // without its comment lines (they document the file; a script runs on
 // every call what it carries, and is sent with it). A library that is
 // missing, or that includes itself through others, is an error.
@@ -110,7 +110,7 @@ func withIncludes(files fs.FS, name, src string) (string, error) {
 	visit = func(from, lib string) error {
 		switch seen[lib] {
 		case visiting:
-			return fmt.Errorf("delayqueue: %s includes lib/%s.lua, which includes %s", from, lib, from)
+			return fmt.Errorf("delayqueue: %s includes lib/%s.lua, which includes it in turn: a cycle", from, lib)
 		case done:
 			return nil
 		}
