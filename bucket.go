@@ -86,13 +86,6 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool
 	return r, nil
 }
 
-// move.lua's answers for a caller that does not hold the lease, first in
-// its reply (a holder's is how many jobs it moved).
-const (
-	moveNeither = -1 // another process holds the lease, and another stands by
-	moveStandby = -2 // the caller stands by
-)
-
 // RescheduleIn moves a delayed or ready job to be due after delay from now,
 // on the server's clock; zero makes it ready now. It returns ErrNotPending
 // for a reserved or dead job, ErrNotFound when no such job exists, and
@@ -143,9 +136,9 @@ func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Durat
 		return fmt.Errorf("delayqueue: reschedule %q: %w", id, err)
 	}
 	switch res[0] {
-	case 0:
+	case rescheduleNoJob:
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
-	case -1:
+	case rescheduleNotPending:
 		return fmt.Errorf("%w: %q", ErrNotPending, id)
 	}
 	return nil

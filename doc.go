@@ -114,7 +114,7 @@
 //   - bucket.go: the buckets: moving due jobs out (moveDue, for the bucket
 //     handler below), and RescheduleIn/RescheduleAt for a waiting job.
 //   - pool.go: the job pool. Get, Finish and Remove, and the job codec
-//     (the one table of the encoding; scripts/job.lua's header is its one
+//     (the one table of the encoding; scripts/lib/header.lua is its one
 //     Lua writer).
 //   - handler.go: the bucket handler, one per bucket and started process,
 //     under its bucket's lease (lock.go). It sleeps until the next job is
@@ -143,6 +143,7 @@
 //     for one): Observers receive every step; push middleware wraps every
 //     push, and may set a job's Headers; consume middleware wraps every
 //     Consume handler.
-//   - scripts.go loads scripts/*.lua and sends their calls; ids.go makes
-//     job IDs.
+//   - lua.go loads scripts/*.lua, each with the scripts/lib/*.lua files
+//     its include lines name; replies.go names the codes they answer
+//     with; scripts.go sends their calls; ids.go makes job IDs.
 package delayqueue

@@ -66,7 +66,7 @@ func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *gr
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("delayqueue: acquire capacity of %q: %w", topic, err)
 	}
-	if res[0] < 0 {
+	if res[0] == acquireNoLimits {
 		return nil, 0, false, nil // the limits were removed since they were read
 	}
 	if res[0] > 0 {
@@ -312,7 +312,7 @@ func (g *grant) renewed(cmd *redis.Cmd, i int) error {
 	switch {
 	case err == nil && len(res) < i+2:
 		err = fmt.Errorf("unexpected reply %v", res)
-	case err == nil && res[i+1] != 1:
+	case err == nil && res[i+1] != renewDone:
 		return errNotRenewed
 	case err == nil:
 		g.deadline = res[0]

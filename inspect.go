@@ -13,7 +13,7 @@ import (
 
 // Seeing inside: how many jobs of each topic are in each state, and how far
 // behind consumers are. Each bucket counts its delayed, ready and reserved
-// jobs per topic as the scripts move them (job.lua), and dead letters are
+// jobs per topic as the scripts move them (scripts/lib/counts.lua), and dead letters are
 // counted by their sets, so the figures cost one script call per bucket,
 // all in one pipeline, whatever the number of jobs. The listing of jobs is
 // in list.go.
@@ -61,7 +61,7 @@ type Overview struct {
 	Total Counts
 	// Jobs is how many jobs the queue's buckets hold, of every topic and
 	// state: Total's sum, but for jobs caught between two states by a
-	// script that failed half-way (job.lua).
+	// script that failed half-way (scripts/lib/ready.lua).
 	Jobs int
 	// Paused lists the paused topics, sorted (Pause).
 	Paused []string
@@ -227,7 +227,7 @@ func readSummary(cmd *redis.Cmd) (summary, error) {
 			return fmt.Errorf("count %q: %v", field, v)
 		}
 		if n == 0 || state == "0" {
-			return nil // kept until the bucket handler drops it; entries trimmed (job.lua)
+			return nil // kept until the bucket handler drops it; entries trimmed (lib/places.lua)
 		}
 		c := per[topic]
 		switch state {

@@ -131,7 +131,7 @@ type Job struct {
 	// reservation is a number of that queue's alone.
 	queue string
 	// nonce marks the pushes of a job whose ID the queue generated (see
-	// job.lua); kept here so that pushing the same Job again is known for
+	// push.lua); kept here so that pushing the same Job again is known for
 	// what it is.
 	nonce uint32
 }

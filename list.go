@@ -26,7 +26,7 @@ import (
 // the first bucket stopped looking, so that none is passed over.
 // Ready jobs wait in their topic's ready lists, in arrival order, with no
 // score: the cursor keeps a place in each bucket's list (an index that
-// entries leaving the head do not shift, job.lua's trimmed), and a round
+// entries leaving the head do not shift, scripts/lib/places.lua), and a round
 // merges the buckets' jobs by due time.
 
 const (
@@ -196,7 +196,7 @@ type scored struct {
 // listReady lists ready jobs (see the top of the file).
 func (q *DelayQueue) listReady(ctx context.Context, topic string, cur listCursor, limit int) (JobPage, error) {
 	var page JobPage
-	seen := map[string]bool{} // an ID can be in a list twice (job.lua)
+	seen := map[string]bool{} // an ID can be in a list twice (lib/places.lua)
 	for range listRounds {
 		need := limit - len(page.Jobs)
 		steps, err := q.listRound(ctx, topic, StateReady, need, func(b int) (string, string) {
@@ -316,7 +316,7 @@ func readListStep(c *scriptCall) (listStep, error) {
 		}
 		job.reservation = 0 // not the caller's reservation
 		if job.State == StateDelayed {
-			job.RunAt = time.UnixMilli(pos) // its score (job.lua)
+			job.RunAt = time.UnixMilli(pos) // its score (lib/codec.lua)
 		}
 		s.found = append(s.found, listed{pos, job})
 	}

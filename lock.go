@@ -105,7 +105,7 @@ func (q *DelayQueue) unlock(ctx context.Context, b int, token string) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("delayqueue: release lease of bucket %d: %w", b, err)
 	}
-	return r == 1, nil
+	return r == unlockReleased, nil
 }
 
 // startWatch notices consumers that wait on a queue no process has

@@ -28,7 +28,7 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A delayed job's due time is its score in the bucket (job.lua): a
+	// A delayed job's due time is its score in the bucket (lib/codec.lua): a
 	// read-only script reads both at once, and runs at maxmemory.
 	bk := q.keys.bucket(b)
 	reply, err := q.run(ctx, b, scriptGet, []string{bk.pool, bk.zset}, id).Slice()
@@ -116,11 +116,11 @@ func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, top
 // finished reads finish.lua's status for job id of topic.
 func (q *DelayQueue) finished(ctx context.Context, id, topic string, status int64) error {
 	switch status {
-	case 0:
+	case finishNoJob:
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
-	case -1:
+	case finishNotReserved:
 		return fmt.Errorf("%w: %q", ErrNotReserved, id)
-	case -2:
+	case finishLost:
 		return fmt.Errorf("%w: %q", ErrReservationLost, id)
 	}
 	q.observe(ctx, Event{Kind: EventFinished, Topic: topic, JobID: id})
@@ -188,7 +188,7 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}
-	if r == 0 {
+	if r == removeNoJob {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	q.held.settled(id, 0)
@@ -207,7 +207,7 @@ func (q *DelayQueue) openBucketOfID(id string) (int, error) {
 // queueFormat is what a queue's meta hash records as its "format", and
 // New checks: 4 is jobs in job format 2, with headers (bit 6), counts per
 // bucket (keys.go), and a ready job's place in its ready list where a
-// reserved one keeps its reservation (job.lua). A queue written in another
+// reserved one keeps its reservation (lib/places.lua). A queue written in another
 // format is refused (ErrFormatMismatch).
 const queueFormat = 4
 
@@ -229,7 +229,7 @@ const queueFormat = 4
 //	              score
 //	15      6     reservation: the number of a reserved job's reservation,
 //	              by which a consumer proves it still holds the job; a
-//	              ready job's place in its ready list (job.lua)
+//	              ready job's place in its ready list (lib/places.lua)
 //	21      1     topic length
 //	22      [2]   last error length, when bit 3 is set
 //	        [4]   dedup window ms, when bit 4 is set
@@ -245,7 +245,7 @@ const queueFormat = 4
 // byte for them, so it is encoded as before headers existed. A job of a
 // 5-byte topic and a 128-byte body, with its push nonce, fits one 160-byte
 // allocation of Redis's allocator. In Go, encodeJob writes the header and
-// decodeJob reads it; in Lua, job.lua's header writes it.
+// decodeJob reads it; in Lua, scripts/lib/header.lua writes it.
 const (
 	jobFormat     = 1 << 7 // the marker bit of an encoded job's first byte
 	jobHasHeaders = 1 << 6

@@ -227,11 +227,11 @@ func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs, replace b
 	switch {
 	case len(res) == 0:
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: empty reply", job.ID)
-	case res[0] < 0 && len(res) == 2:
+	case res[0] == upsertRefused && len(res) == 2:
 		return PushResult{}, fmt.Errorf("%w: %q is %v", ErrNotPending, job.ID, State(res[1]))
 	}
-	q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: res[0] == 0})
-	return PushResult{ID: job.ID, Existed: res[0] == 0}, nil
+	q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: res[0] == upsertReplaced})
+	return PushResult{ID: job.ID, Existed: res[0] == upsertReplaced}, nil
 }
 
 // pushArgs are the validated values of one job for push.lua, and its
@@ -250,13 +250,6 @@ type pushArgs struct {
 	// status is push.lua's answer for the job.
 	status int64
 }
-
-// push.lua's answer for a job.
-const (
-	pushCreated = 1  // stored under its ID
-	pushExisted = 0  // a caller's ID that exists already: nothing changed
-	pushTaken   = -1 // a generated ID held by another job: nothing changed
-)
 
 // prepare checks a job against the queue's limits and fills in defaults. It
 // returns errors matching ErrInvalidJob.

@@ -23,16 +23,6 @@ const staleSkips = 100
 // unpacks two values per job, and Redis's Lua unpacks at most 8,000.
 const maxReserve = 256
 
-// reserveStatus says how a reserve call ended, as reserve.lua numbers it.
-type reserveStatus int
-
-const (
-	reserveRanOut reserveStatus = iota // the list, or the signals, ran out
-	reserveFilled                      // it got every job it asked for
-	reserveStale                       // it dropped staleSkips stale IDs; the list may hold more
-	reservePaused                      // the topic is paused; the signals held were put back
-)
-
 // reserveCall is one consumer's look at one bucket's ready list.
 type reserveCall struct {
 	b      int
@@ -97,7 +87,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
-			r.In.status, r.In.left, r.In.unsignalled, r.Err = status, max(left, 0), left < 0, err
+			r.In.status, r.In.left, r.In.unsignalled, r.Err = status, max(left, 0), left == reserveNoSignal, err
 		}
 	}
 }
@@ -161,7 +151,7 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 		}
 		jobs = append(jobs, job)
 	}
-	return jobs, reserveStatus(status), int(left), nil // left -1: none, with jobs in the list
+	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal
 }
 
 // Pop reserves a ready job of topic, waiting up to timeout for one to

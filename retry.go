@@ -149,7 +149,7 @@ func (q *DelayQueue) retryAfter(ctx context.Context, job *Job, delay time.Durati
 	q.held.settled(job.ID, job.reservation)
 	kind := EventRetried
 	switch {
-	case res[0] == 2:
+	case res[0] == retryDied:
 		kind = EventDead
 	case mode == retrySnooze:
 		kind = EventSnoozed
@@ -223,9 +223,9 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 		for k, i := range chunk {
 			job := jobs[i]
 			switch res[k] {
-			case 0:
+			case touchNoJob:
 				errs[i] = fmt.Errorf("%w: %q", ErrNotFound, job.ID)
-			case -1:
+			case touchLost:
 				errs[i] = fmt.Errorf("%w: %q", ErrReservationLost, job.ID)
 			default:
 				job.ReservedUntil = time.UnixMilli(res[k])
@@ -288,9 +288,9 @@ func reservationResult(id string, res []int64) error {
 	switch {
 	case len(res) == 0:
 		return fmt.Errorf("delayqueue: job %q: empty reply", id)
-	case res[0] == 0:
+	case res[0] == heldNoJob:
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
-	case res[0] == -1:
+	case res[0] == heldLost:
 		return fmt.Errorf("%w: %q", ErrReservationLost, id)
 	}
 	return nil

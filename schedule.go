@@ -228,7 +228,7 @@ func (q *DelayQueue) writeSchedules(ctx context.Context, b int, announce bool, w
 	}
 	done := make([]bool, len(res))
 	for i, r := range res {
-		done[i] = r == 1
+		done[i] = r == scheduleChanged
 	}
 	return done, nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Waiting for ready jobs. Every job made ready adds a ready signal to its
-// topic's signal list in its bucket (job.lua). A process whose consumers
+// topic's signal list in its bucket (scripts/lib/signals.lua). A process whose consumers
 // wait blocks on those lists with BLMPOP (BLPOP where the server has none),
 // taking up to one signal per waiting consumer, and Redis hands each signal
 // to one blocked client: a job wakes one consumer, in whichever process, however

@@ -1,4 +1,5 @@
 #!lua
+--#include clock
 -- acquire.lua: grant a consumer of a limited topic capacity to reserve up
 -- to n of its jobs, within the topic's limits, counted for every process.
 -- KEYS[1] limits hash  KEYS[2] the topic's grants (run zset)  KEYS[3] the
@@ -17,6 +18,9 @@
 -- capacity gives it back when its reservations would have run out.
 -- Running it twice grants once: the second run answers from the record.
 
+-- In place of how many were granted (grants.go reads it).
+local ACQUIRE_NO_LIMITS = -1
+
 local limits, run, rate, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local topic, call, want, hold = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -27,12 +31,12 @@ if rec then
 end
 local l = redis.call('HGET', limits, topic)
 if not l then
-  return {-1, 0, -1, 0, 0}
+  return {ACQUIRE_NO_LIMITS, 0, -1, 0, 0}
 end
 local conc, rmax, per = string.match(l, '^(%d+):(%d+):(%d+)$')
 conc, rmax, per = tonumber(conc), tonumber(rmax), tonumber(per)
 
-local now = floor(now_us() / 1000)
+local now = math.floor(now_us() / 1000)
 local k, wait, full = want, -1, 0
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', run, '-inf', now)

@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+--#include codec places entries
 -- list.lua: one bounded step of a listing of a topic's jobs in one state,
 -- in one bucket (inspect.go).
 -- KEYS[1] what to walk: the bucket zset (delayed and reserved jobs of every
@@ -8,7 +9,7 @@
 -- ARGV[4] how many jobs to return at most  ARGV[5] how many entries to look at
 -- at most  ARGV[6], ARGV[7] the entry after which the walk resumes ("", ""
 -- from the start): in a zset its score and member; in a list its place
--- for good (see job.lua's trimmed) and ""
+-- for good (see lib/places.lua) and ""
 -- returns {done, pos, member, id, pos, job, id, pos, job, ...}: the jobs of
 -- the topic in the state among the entries looked at, in order, each with
 -- its position (score, or place in the list), after where the walk got to:
@@ -74,7 +75,7 @@ else
   if after_pos ~= '' then
     first = math.max(0, tonumber(after_pos) + 1 - head)
     if first > total then
-      first = 0 -- past the end: its count started over (job.lua)
+      first = 0 -- past the end: its count started over (lib/places.lua)
     end
   end
   ids = redis.call('LRANGE', key, first, first + budget - 1)
@@ -97,7 +98,7 @@ for i, id in ipairs(ids) do
   local v = vs[i]
   local listed
   if kind == 'l' then
-    listed = at_place(v, topic, positions[i]) -- its job's own entry (job.lua)
+    listed = at_place(v, topic, positions[i]) -- its job's own entry (lib/entries.lua)
   else
     listed = v and byte(v, 1) % 8 == state and topic_of(v) == topic
   end

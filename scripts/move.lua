@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include codec header decode bulk tallies places tombstones clock bucket signals kill
 -- move.lua: move due job IDs of one bucket to their topics' ready lists.
 -- Holds the bucket's lease while it works: the caller's token takes a free
 -- lease or extends its own. A lease held by another token moves nothing,
@@ -27,8 +28,28 @@ local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS
 local sig_prefix, standby = KEYS[9], KEYS[10]
 local token, lease, batch, trim, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 
+-- The first value of the reply of a caller that does not hold the lease
+-- (a holder's is how many jobs it moved), as bucket.go reads it.
+local MOVE_NEITHER = -1 -- other tokens hold both leases
+local MOVE_STANDBY = -2 -- the caller stands by
+
 local now = now_us()
 local now_ms = math.floor(now / 1000)
+
+-- drop_zeros deletes the counts that are 0 (lib/counts.lua). It reads the
+-- counts alone: no key it was not given, which a slot being migrated may
+-- have moved away.
+local function drop_zeros(counts)
+  local flat, zeros = redis.call('HGETALL', counts), {}
+  for i = 2, #flat, 2 do
+    if tonumber(flat[i]) == 0 then
+      zeros[#zeros + 1] = flat[i - 1]
+    end
+  end
+  if #zeros > 0 then
+    in_chunks('HDEL', counts, zeros)
+  end
+end
 
 -- until_due is the reply's time until the bucket's next job is due.
 local function until_due()
@@ -64,14 +85,14 @@ elseif held_by == token then
 else
   local waiting = redis.call('GET', standby)
   if waiting and waiting ~= token then
-    return {-1, redis.call('PTTL', standby)}
+    return {MOVE_NEITHER, redis.call('PTTL', standby)}
   end
   redis.call('SET', standby, token, 'PX', lease)
   local ttl = redis.call('PTTL', lock)
   local first = earliest(bucket)
   local silent = tonumber(string.match(holder, '%d+$') or lease) - ttl
   if first == nil or first > now_ms - grace or silent < grace then
-    return {-2, until_due(), ttl}
+    return {MOVE_STANDBY, until_due(), ttl}
   end
   -- Overdue, and nothing moved: take the bucket over.
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
@@ -117,7 +138,7 @@ if #ids > 0 then
       end
     end
   end
-  -- The ready lists first: see job.lua. Each job is stored with its
+  -- The ready lists first: see lib/ready.lua. Each job is stored with its
   -- entry's place, known once its list took the ids.
   for _, topic in ipairs(topics) do
     local place = placed(KEYS[8], topic, #lists[topic], in_chunks('RPUSH', ready_prefix .. topic, lists[topic]))

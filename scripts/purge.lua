@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include decode bury clock dead
 -- purge.lua: delete dead jobs of a topic that died at least an age ago.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] dead topics set
 -- KEYS[4] dedup zset

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include held ready counts clock records
 -- release.lua: give a reserved job back to its ready list at once, as a
 -- consumer that stops does; the attempt does not count.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
@@ -10,6 +11,7 @@
 
 local pool, bucket, ready_prefix = KEYS[1], KEYS[2], KEYS[3]
 forget_records(6)
+local RELEASE_DONE = 1 -- or held's status
 local id, reservation = ARGV[1], tonumber(ARGV[2])
 local job, status = held(pool, id, reservation)
 if not job then
@@ -20,4 +22,4 @@ make_ready(pool, ready_prefix, KEYS[4], KEYS[5], id, job, now_us())
 redis.call('ZREM', bucket, id)
 tally(KEYS[4], RESERVED, job.topic, -1)
 tally(KEYS[4], READY, job.topic, 1)
-return 1
+return RELEASE_DONE

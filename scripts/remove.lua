@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include decode counts bury clock dead
 -- remove.lua: cancel a job in any state.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dead-letter key prefix
 -- KEYS[4] dedup zset  KEYS[5] dead topics set  KEYS[6] counts hash
@@ -7,15 +8,19 @@
 -- A ready job's ID stays in its ready list and is dropped when popped, so
 -- removal costs O(log n) whatever the state.
 
+-- The answer, as pool.go reads it.
+local REMOVE_DONE = 1
+local REMOVE_NO_JOB = 0
+
 local pool, bucket, dead_prefix, dedup, dead_topics, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local v = redis.call('HGET', pool, id)
 if not v then
-  return 0
+  return REMOVE_NO_JOB
 end
 local job = decode(v)
 if job.state == DEAD then
   local dead = dead_prefix .. job.topic
-  redis.call('ZREM', dead, id) -- first: see job.lua
+  redis.call('ZREM', dead, id) -- first: see lib/ready.lua
   dead_gone(dead, dead_topics, job.topic)
 end
 redis.call('HDEL', pool, id)
@@ -24,4 +29,4 @@ if job.state ~= DEAD then
   tally(KEYS[6], job.state, job.topic, -1)
 end
 bury(dedup, id, v, floor(now_us() / 1000))
-return 1
+return REMOVE_DONE

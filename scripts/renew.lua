@@ -1,4 +1,5 @@
 #!lua
+--#include clock
 -- renew.lua: make grants of a limited topic (acquire.lua), handed over by
 -- jobs that settled, grants for the caller's next reservations: when the
 -- topic has a Concurrency and no Rate (a rate counts every reservation),
@@ -12,9 +13,13 @@
 -- deadline_ms), 0 for one not
 -- Running it twice renews twice, from the second run's time.
 
+-- A grant's answer, as grants.go reads it.
+local RENEW_DONE = 1
+local RENEW_KEPT = 0
+
 local limits, run = KEYS[1], KEYS[2]
 local topic = ARGV[1]
-local now = floor(now_us() / 1000)
+local now = math.floor(now_us() / 1000)
 local l = redis.call('HGET', limits, topic)
 local conc, rmax = 0, 1
 if l then
@@ -26,10 +31,10 @@ local within = conc > 0 and rmax == 0 and redis.call('ZCARD', run) <= conc
 local deadline = now + tonumber(ARGV[2])
 local out = {deadline}
 for i = 3, #ARGV do
-  local r = 0
+  local r = RENEW_KEPT
   if within and redis.call('ZSCORE', run, ARGV[i]) then
     redis.call('ZADD', run, deadline, ARGV[i])
-    r = 1
+    r = RENEW_DONE
   end
   out[#out + 1] = r
 end

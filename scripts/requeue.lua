@@ -1,4 +1,5 @@
 #!lua
+--#include decode ready counts clock dead
 -- requeue.lua: give dead jobs of a topic a new life: ready at once, with
 -- their attempts reset.
 -- KEYS[1] dead-letter zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix

@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
+--#include codec header counts places entries clock wake signals records
 -- reserve.lua: pop ready jobs of a topic from one bucket and reserve them,
--- no more than the ready signals the caller holds or claims (job.lua).
+-- no more than the ready signals the caller holds or claims (lib/signals.lua).
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
 -- KEYS[5] this call's record (a key of the caller's choosing, new for every
 -- call)  KEYS[6] counts hash  KEYS[7] the topic's ready signals
@@ -28,7 +29,7 @@
 -- A job that waited over a second while no signal was left (one was lost
 -- with a consumer that died holding it) is taken all the same, and a signal
 -- is added for the job behind it, so that waiting consumers wake for it.
--- An entry that does not stand for a ready job (job.lua: its job was
+-- An entry that does not stand for a ready job (lib/entries.lua: its job was
 -- removed, is no longer ready, is now a job of another topic, or is ready
 -- at another place of the list) is dropped: it is the trace of a job that
 -- left the ready state without leaving the list.
@@ -51,11 +52,28 @@ local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local held = tonumber(ARGV[7])
 forget_records(9)
 
-local PAUSED = 3
+-- The call's status, first in its reply (ready.go reads it).
+local RESERVE_RAN_OUT = 0 -- the list, or the signals, ran out
+local RESERVE_FILLED = 1 -- as many as asked were reserved
+local RESERVE_STALE = 2 -- the stale IDs dropped reached the limit
+local RESERVE_PAUSED = 3 -- the topic is paused
+-- In place of the signals left: none, and the list still holds jobs.
+local RESERVE_NO_SIGNAL = -1
+
+-- trimmed records n entries trimmed from the head of topic's ready list,
+-- which holds left entries now; an empty list's count starts over.
+local function trimmed(counts, topic, n, left)
+  if left == 0 then
+    redis.call('HDEL', counts, '0:' .. topic)
+  elseif n > 0 then
+    redis.call('HINCRBY', counts, '0:' .. topic, n)
+  end
+end
+
 for i = 9, #ARGV, 2 do
   local v = redis.call('HGET', pool, ARGV[i])
   if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
-    return {0, redis.call('LLEN', signals)}
+    return {RESERVE_RAN_OUT, redis.call('LLEN', signals)}
   end
 end
 -- stranded is how long a job may wait with no signal left before a
@@ -92,7 +110,7 @@ if redis.call('SISMEMBER', paused, topic) == 1 then
   if held > 0 then
     signal_list(signals, held)
   end
-  return {PAUSED, redis.call('LLEN', signals)}
+  return {RESERVE_PAUSED, redis.call('LLEN', signals)}
 end
 
 local now = now_us()
@@ -117,9 +135,9 @@ end
 
 -- The IDs are read first and trimmed off the list last, after the jobs are
 -- written: a script that fails half-way leaves the list as it was. An
--- entry stands for its job only at the job's place (job.lua).
+-- entry stands for its job only at the job's place (lib/places.lua).
 local found, jobs = {}, {} -- jobs: encoded
-local status, stale, taken = 1, 0, 0
+local status, stale, taken = RESERVE_FILLED, 0, 0
 while #found < want do
   local more = want - #found
   local ids = redis.call('LRANGE', ready, taken, taken + more - 1)
@@ -139,12 +157,12 @@ while #found < want do
     break
   end
   if stale >= skips and #found < want then
-    status = 2
+    status = RESERVE_STALE
     break
   end
 end
-if status == 1 and #found < asked then
-  status = 0
+if status == RESERVE_FILLED and #found < asked then
+  status = RESERVE_RAN_OUT
 end
 if #found == 0 then
   -- An empty list may be the work of this call's first run.
@@ -198,7 +216,7 @@ if left == 0 and remaining > 0 and head_waited(head + taken) then
 end
 out[2] = left
 if left == 0 and remaining > 0 then
-  out[2] = -1 -- no signal left for the jobs the list still holds
+  out[2] = RESERVE_NO_SIGNAL -- no signal left for the jobs the list still holds
 end
 tally(KEYS[6], READY, topic, -#found)
 tally(KEYS[6], RESERVED, topic, #found)

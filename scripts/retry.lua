@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include held ready delay kill due counts clock records
 -- retry.lua: a consumer failed a reserved job: deliver it again after a
 -- delay, or move it to the dead letters when its attempts ran out. Or, as
 -- the handler asked: to the dead letters now ("dead"), or back after the
@@ -20,6 +21,9 @@ forget_records(8)
 local wake, pub = ARGV[5], ARGV[6]
 
 local mode = ARGV[7]
+-- The answer, first in the reply (retry.go reads it), or held's status.
+local RETRY_AGAIN = 1
+local RETRY_DIED = 2
 local job, status = held(pool, id, reservation)
 if not job then
   return {status}
@@ -34,15 +38,15 @@ local now = now_us()
 if mode == 'dead' or (mode ~= 'snooze' and job.attempts >= job.max) then
   kill(pool, dead_prefix, dead_topics, id, job, now)
   redis.call('ZREM', bucket, id)
-  return {2}
+  return {RETRY_DIED}
 end
 local due = due_ms(now, delay)
 if delay <= 0 then
   make_ready(pool, ready_prefix, KEYS[6], KEYS[7], id, job, now)
   redis.call('ZREM', bucket, id)
   tally(KEYS[6], READY, job.topic, 1)
-  return {1, due}
+  return {RETRY_AGAIN, due}
 end
 schedule(pool, bucket, pub, wake, id, job, due, now)
 tally(KEYS[6], DELAYED, job.topic, 1)
-return {1, due}
+return {RETRY_AGAIN, due}

@@ -1,4 +1,5 @@
 #!lua
+--#include codec counts clock wake
 -- schedule.lua: change schedules of one bucket, each only when it is still
 -- as its caller read it (a compare-and-set): create, replace, pause,
 -- resume, delete, and fire a tick. A schedule's jobs are in its own bucket
@@ -62,6 +63,10 @@ local function store(id, v)
   wake_if_first(bucket, pub, wake, due, now)
 end
 
+-- A schedule's answer, as schedule.go reads it.
+local SCHEDULE_CHANGED = 1
+local SCHEDULE_NOT_AS_READ = 0
+
 local out = {}
 local i = 4
 while i <= #ARGV do
@@ -70,7 +75,7 @@ while i <= #ARGV do
   local first = i + 8
   i = first + 2 * n
   if not as_read(name, def, next_read) then
-    out[#out + 1] = 0
+    out[#out + 1] = SCHEDULE_NOT_AS_READ
   else
     if old ~= '' then
       take_back(old)
@@ -99,7 +104,7 @@ while i <= #ARGV do
         redis.call('HSET', lasts, name, last)
       end
     end
-    out[#out + 1] = 1
+    out[#out + 1] = SCHEDULE_CHANGED
   end
 end
 return out

@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+--#include codec places entries
 -- summary.lua: the figures of one bucket, for Overview and Counts, a
 -- bounded step at a time.
 -- KEYS[1] counts hash  KEYS[2] pool hash  KEYS[3] dead topics set
@@ -9,7 +10,7 @@
 -- the counts are done)  ARGV[4] about how many entries one step looks at
 -- returns {now_ms, jobs in the pool, {field, count, ...}, {topic, dead jobs, ...},
 -- {topic, at_ms of its oldest ready job, ...}, counts cursor, dead cursor}:
--- the counts fields are "<state>:<topic>" (see job.lua); a topic's oldest
+-- the counts fields are "<state>:<topic>" (see lib/counts.lua); a topic's oldest
 -- ready job is the first of its ready list that stands for a ready job,
 -- whose at_ms is when it became due; the cursors are those of the next
 -- step, "" when its walk is done (a single topic takes one step).

@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+--#include clock
 -- ticks.lua: the schedules of one bucket whose next tick came.
 -- KEYS[1] ticks zset  KEYS[2] schedules hash  KEYS[3] watched string
 -- ARGV[1] how many schedules at most
@@ -10,7 +11,7 @@
 -- definition and that tick.
 
 local ticks, schedules = KEYS[1], KEYS[2]
-local now_ms = floor(now_us() / 1000)
+local now_ms = math.floor(now_us() / 1000)
 local due = redis.call('ZRANGEBYSCORE', ticks, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
 local after = redis.call('ZRANGEBYSCORE', ticks, '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local out = {now_ms, -1, now_ms}

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include decode clock records
 -- touch.lua: extend the reservations of reserved jobs for long work: each
 -- runs its job's TTR from now.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3..] records of answered
@@ -8,6 +9,10 @@
 -- -1 the caller's reservation is gone
 -- A deadline only moves later, so the bucket's handler needs no wake-up.
 -- Running it twice extends from the second run's time.
+
+-- A job's answer when it is not its new deadline, as retry.go reads it.
+local TOUCH_NO_JOB = 0
+local TOUCH_LOST = -1
 
 local pool, bucket = KEYS[1], KEYS[2]
 forget_records(3)
@@ -21,11 +26,11 @@ local out, fields, scores = {}, {}, {}
 for i, id in ipairs(ids) do
   local v = vs[i]
   if not v then
-    out[i] = 0
+    out[i] = TOUCH_NO_JOB
   else
     local job = decode(v)
     if job.state ~= RESERVED or job.reservation ~= tonumber(ARGV[2 * i]) then
-      out[i] = -1
+      out[i] = TOUCH_LOST
     else
       job.at = now_ms + job.ttr
       fields[#fields + 1] = id

@@ -6,13 +6,17 @@
 -- ARGV[1] lease token  ARGV[2] wake channel  ARGV[3] publish command
 -- returns 1 when the lease was released, 0 when this token did not hold it
 
+-- The answer, as lock.go reads it.
+local UNLOCK_RELEASED = 1
+local UNLOCK_NOT_HELD = 0
+
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 local holder = redis.call('GET', KEYS[1])
 if not holder or string.match(holder, '^%S+') ~= ARGV[1] then
-  return 0
+  return UNLOCK_NOT_HELD
 end
 redis.call('DEL', KEYS[1])
 redis.call(ARGV[3], ARGV[2], 'free')
-return 1
+return UNLOCK_RELEASED

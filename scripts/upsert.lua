@@ -1,4 +1,5 @@
 #!lua
+--#include codec header places due counts clock wake signals dead
 -- upsert.lua: create a job, or replace the delayed or ready job with its ID,
 -- as if pushed anew: body, topic, TTR, max attempts and due time become the
 -- new job's; attempts and last error start over. An explicit write: a
@@ -8,7 +9,7 @@
 -- KEYS[7] dead-letter key prefix  KEYS[8] topics with dead letters
 -- ARGV[1] wake channel  ARGV[2] publish command
 -- ARGV[3] id  ARGV[4] delay ms ("" when the job's at_ms holds its due time)
--- ARGV[5] the job encoded as a delayed job (job.lua)
+-- ARGV[5] the job encoded as a delayed job (lib/codec.lua)
 -- ARGV[6] "1" to replace a reserved job too: its reservation ends (its
 -- consumer's Finish, Retry and Touch find it gone), and the new job is
 -- what comes next
@@ -17,6 +18,11 @@
 -- A dead job is replaced too: it leaves its dead letters as a new job.
 -- Running it twice replaces twice with the same job: the outcome is the
 -- same, but a second run reports {0}.
+
+-- The answer, first in the reply (push.go reads it).
+local UPSERT_CREATED = 1
+local UPSERT_REPLACED = 0
+local UPSERT_REFUSED = -1
 
 local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, pub = ARGV[1], ARGV[2]
@@ -28,12 +34,12 @@ local was_ready = false
 if cur then
   local state = byte(cur, 1) % 8
   if state == RESERVED and not take_reserved then
-    return {-1, state}
+    return {UPSERT_REFUSED, state}
   end
   was_ready = state == READY and topic_of(cur) == topic
   if state == DEAD then
     local dead = KEYS[7] .. topic_of(cur)
-    redis.call('ZREM', dead, id) -- first: see job.lua
+    redis.call('ZREM', dead, id) -- first: see lib/ready.lua
     dead_gone(dead, KEYS[8], topic_of(cur))
   else
     tally(KEYS[5], state, topic_of(cur), -1)
@@ -66,6 +72,6 @@ else
   tally(KEYS[5], DELAYED, topic, 1)
 end
 if cur then
-  return {0}
+  return {UPSERT_REPLACED}
 end
-return {1}
+return {UPSERT_CREATED}

@@ -1,0 +1,108 @@
+package delayqueue
+
+// The codes the scripts answer with, one block per script. Each script
+// names the same numbers under the same names in upper case (finishLost is
+// finish.lua's FINISH_LOST); TestScriptRepliesAreGos checks that they agree.
+
+// push.lua's answer for a job.
+const (
+	pushCreated = 1  // stored under its ID
+	pushExisted = 0  // a caller's ID that exists already: nothing changed
+	pushTaken   = -1 // a generated ID held by another job: nothing changed
+)
+
+// upsert.lua's answer, first in its reply.
+const (
+	upsertCreated  = 1
+	upsertReplaced = 0
+	upsertRefused  = -1 // the job is reserved (its state follows)
+)
+
+// move.lua's answers for a caller that does not hold the lease, first in
+// its reply (a holder's is how many jobs it moved).
+const (
+	moveNeither = -1 // another process holds the lease, and another stands by
+	moveStandby = -2 // the caller stands by
+)
+
+// reserveStatus says how a reserve call ended, first in reserve.lua's reply.
+type reserveStatus int
+
+const (
+	reserveRanOut reserveStatus = 0 // the list, or the signals, ran out
+	reserveFilled reserveStatus = 1 // it got every job it asked for
+	reserveStale  reserveStatus = 2 // it dropped staleSkips stale IDs; the list may hold more
+	reservePaused reserveStatus = 3 // the topic is paused; the signals held were put back
+)
+
+// reserveNoSignal stands in reserve.lua's reply for the signals left when
+// none is, and the list still holds jobs (their signals are on their way,
+// or were lost).
+const reserveNoSignal = -1
+
+// finish.lua's answer for a job.
+const (
+	finishDone        = 1
+	finishNoJob       = 0
+	finishNotReserved = -1
+	finishLost        = -2 // the caller's reservation is gone
+)
+
+// The status of the scripts that settle a job under a reservation
+// (retry.lua, release.lua), first in their reply when the job is not held:
+// lib/held.lua's.
+const (
+	heldNoJob = 0
+	heldLost  = -1 // the caller's reservation is gone
+)
+
+// retry.lua's answer, first in its reply, when the job was held.
+const (
+	retryAgain = 1 // to be delivered again; its due time follows
+	retryDied  = 2 // moved to the dead letters
+)
+
+// release.lua's answer when the job was held.
+const releaseDone = 1
+
+// touch.lua's answer for a job whose reservation it did not extend (else
+// the new deadline).
+const (
+	touchNoJob = 0
+	touchLost  = -1 // the caller's reservation is gone
+)
+
+// reschedule.lua's answer, first in its reply.
+const (
+	rescheduleDone       = 1 // its due time follows
+	rescheduleNoJob      = 0
+	rescheduleNotPending = -1 // the job is reserved or dead
+)
+
+// remove.lua's answer.
+const (
+	removeDone  = 1
+	removeNoJob = 0
+)
+
+// unlock.lua's answer.
+const (
+	unlockReleased = 1
+	unlockNotHeld  = 0
+)
+
+// schedule.lua's answer for a schedule.
+const (
+	scheduleChanged   = 1
+	scheduleNotAsRead = 0
+)
+
+// acquire.lua's answer, in place of how many grants it granted, when the
+// topic has no limits.
+const acquireNoLimits = -1
+
+// renew.lua's answer for a grant.
+const (
+	renewDone = 1
+	renewKept = 0
+)
