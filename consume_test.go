@@ -60,7 +60,7 @@ func TestConsumeFinishesRetriesAndRecoversPanics(t *testing.T) {
 			return nil
 		}
 		consumeUntil(t, q, h, ConsumeOptions{Concurrency: 2}, func() bool {
-			dead, err := q.DeadJobs(ctx, "t", 10)
+			dead, err := listJobs(ctx, q, "t", StateDead, 10)
 			mu.Lock()
 			defer mu.Unlock()
 			return err == nil && len(dead) == 1 && finished[ok] && finished[flaky]

@@ -63,7 +63,7 @@ func TestGeneratedIDsSpreadOverBuckets(t *testing.T) {
 // storedJobs counts the jobs in a queue's pools.
 func storedJobs(t *testing.T, q *DelayQueue) int {
 	t.Helper()
-	st, err := q.Stats(context.Background(), "t")
+	st, err := readKeyStats(context.Background(), q, "t")
 	require.NoError(t, err)
 	return st.Jobs
 }

@@ -35,7 +35,7 @@ func TestPushIsSafeToRunTwice(t *testing.T) {
 			require.NoError(t, q.push(ctx, 0, []*pushArgs{&a})) // as go-redis re-sends after a read timeout
 			assert.Equal(t, tc.again, a.status, tc.name)
 		}
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 4, st.Jobs)
 		assert.Equal(t, 2, st.Ready, "each due job is in the ready list once")
@@ -90,7 +90,7 @@ func TestPushManyKeepsTheFirstOfTwoJobsWithOneID(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "first", string(job.Body), "delay %v", delay)
 		}
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 2, st.Jobs)
 		assert.Equal(t, 1, st.Ready, "one ID in the ready list, not two")

@@ -133,12 +133,12 @@ func (h *handler) topic(name string) func(http.ResponseWriter, *http.Request, st
 			h.fail(w, r, prefix, status(err), err)
 			return
 		}
-		paused, err := h.q.PausedTopics(ctx)
+		ov, err := h.q.Overview(ctx)
 		if err != nil {
 			h.fail(w, r, prefix, status(err), err)
 			return
 		}
-		data.Paused = slices.Contains(paused, name)
+		data.Paused = slices.Contains(ov.Paused, name)
 		page, err := h.q.List(ctx, name, state, delayqueue.ListOptions{Cursor: data.Cursor, Limit: h.opts.PageSize})
 		if err != nil {
 			h.fail(w, r, prefix, status(err), err)
