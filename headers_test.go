@@ -185,7 +185,7 @@ func TestHeadersTravelWithTheJobThroughEveryScript(t *testing.T) {
 			{Topic: "t", Body: body},
 		})
 		require.NoError(t, err)
-		get(ids[0], StateReady, traceHeaders, "pushed with PushMany")
-		get(ids[1], StateReady, nil, "pushed with PushMany, without headers")
+		get(ids[0].ID, StateReady, traceHeaders, "pushed with PushMany")
+		get(ids[1].ID, StateReady, nil, "pushed with PushMany, without headers")
 	})
 }

@@ -215,3 +215,13 @@ func listJobs(ctx context.Context, q *DelayQueue, topic string, state State, lim
 	}
 	return jobs, nil
 }
+
+// pushWithResult pushes one job with PushMany, which says whether it
+// existed.
+func pushWithResult(ctx context.Context, q *DelayQueue, job *Job) (PushResult, error) {
+	res, err := q.PushMany(ctx, []*Job{job})
+	if err != nil {
+		return PushResult{}, err
+	}
+	return res[0], nil
+}

@@ -101,7 +101,9 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 			},
 			func() error {
 				got, err := q.PushMany(ctx, []*Job{newJob(), newJob(), newJob()})
-				ids = append(ids, got...)
+				for _, r := range got {
+					ids = append(ids, r.ID)
+				}
 				return err
 			},
 			func() error {
@@ -143,7 +145,7 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 				if generated(job.ID) {
 					return nil
 				}
-				_, err := q.Upsert(ctx, job, ReplaceReserved)
+				_, err := q.Upsert(ctx, job)
 				return err
 			},
 			func() error { return q.RequeueDead(ctx, anyID()) },
