@@ -86,14 +86,12 @@ const (
 )
 
 // PushMany adds jobs with one script call per bucket they fall in (per
-// 1,000 jobs), all sent in one pipeline, and returns, in order, each job's
-// ID and whether it existed already (PushResult). It checks every job
-// first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
-// without an ID get a new one, stored in their ID field, so that calling
-// PushMany again with the same jobs after an error pushes none of them
-// twice. Jobs whose ID exists already are left alone, as in Push. A single
-// job goes together with concurrent Push calls, as a Push does: PushMany
-// of one job is Push that says whether the job existed.
+// 1,000 jobs), in one pipeline, and returns each job's PushResult, in
+// order. It checks every job first: when one is refused (ErrInvalidJob),
+// nothing is pushed. Jobs without an ID get one, stored in their ID field,
+// so that PushMany again with the same jobs after an error pushes none of
+// them twice. Jobs whose ID exists already are left alone, as in Push. One
+// job goes together with concurrent Push calls, as a Push does.
 func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]PushResult, error) {
 	if q.closed.Load() {
 		return nil, ErrClosed
@@ -168,18 +166,16 @@ func (q *DelayQueue) pushMany(ctx context.Context, jobs []*Job, args []pushArgs)
 	}
 }
 
-// Upsert creates job, or replaces the job with its ID, whatever its state,
-// in one script: body, topic, TTR, max attempts and due time (Delay or
-// RunAt) become job's, and attempts and last error start over, as if pushed
-// anew. It is the call that moves an appointment's reminder. job must carry
-// an ID of the caller's (ErrInvalidJob otherwise). A dead job leaves the
-// dead letters. A reserved job's reservation ends, and the new job is its
-// next delivery, at its due time; the consumer that held it is not
-// stopped: its Finish, Retry and Touch return ErrReservationLost, and under
-// Consume its handler's ctx ends at the next extension of its reservation.
-// Unlike Push, Upsert creates a job whose ID is still taken by a dedup
-// window, and clears the window. The result's Existed is set when a job
-// was replaced.
+// Upsert creates job, or replaces the job with its ID in any state, in one
+// script, as if pushed anew (attempts and last error start over): the call
+// that moves an appointment's reminder. job must carry an ID of the
+// caller's (ErrInvalidJob otherwise). A dead job leaves the dead letters.
+// A reserved job's reservation ends and the new job is its next delivery;
+// its consumer is not stopped, but its Finish, Retry and Touch return
+// ErrReservationLost, and under Consume its handler's ctx ends at the next
+// extension. Unlike Push, Upsert creates a job whose ID is still taken by
+// a dedup window, and clears the window. Existed is set when a job was
+// replaced.
 func (q *DelayQueue) Upsert(ctx context.Context, job *Job) (PushResult, error) {
 	if q.closed.Load() {
 		return PushResult{}, ErrClosed
