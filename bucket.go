@@ -91,7 +91,7 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool
 // for a reserved or dead job, ErrNotFound when no such job exists, and
 // ErrInvalidJob for a negative delay.
 func (q *DelayQueue) RescheduleIn(ctx context.Context, id string, delay time.Duration) error {
-	return q.Reschedule(ctx, id, delay, time.Time{})
+	return q.reschedule(ctx, id, delay, time.Time{})
 }
 
 // RescheduleAt moves a delayed or ready job to be due at t; a t in the past
@@ -102,25 +102,18 @@ func (q *DelayQueue) RescheduleAt(ctx context.Context, id string, t time.Time) e
 	if t.IsZero() {
 		return fmt.Errorf("%w: zero time", ErrInvalidJob)
 	}
-	return q.Reschedule(ctx, id, 0, t)
+	return q.reschedule(ctx, id, 0, t)
 }
 
-// Reschedule moves a delayed or ready job to a new due time: after delay
-// from now, or at runAt when it is not zero. Giving both returns
-// ErrInvalidJob, as Push does.
-//
-// Deprecated: use RescheduleIn or RescheduleAt, which cannot be given two
-// times.
-func (q *DelayQueue) Reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
+// reschedule moves a delayed or ready job to a new due time: after delay
+// from now, or at runAt when it is not zero.
+func (q *DelayQueue) reschedule(ctx context.Context, id string, delay time.Duration, runAt time.Time) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {
 		return err
 	}
 	if delay < 0 {
 		return fmt.Errorf("%w: negative delay %v", ErrInvalidJob, delay)
-	}
-	if delay > 0 && !runAt.IsZero() {
-		return fmt.Errorf("%w: both a delay and a time", ErrInvalidJob)
 	}
 	delayMs, dueMs := ceilMs(delay), int64(0)
 	if !runAt.IsZero() {

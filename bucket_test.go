@@ -202,7 +202,6 @@ func TestReschedule(t *testing.T) {
 	assert.ErrorIs(t, q.RescheduleIn(ctx, id, -time.Minute), ErrInvalidJob)
 	assert.ErrorIs(t, q.RescheduleAt(ctx, id, maxRunAt.Add(time.Millisecond)), ErrInvalidJob)
 	assert.ErrorIs(t, q.RescheduleAt(ctx, id, time.Time{}), ErrInvalidJob, "a zero time is a mistake, not now")
-	assert.ErrorIs(t, q.Reschedule(ctx, id, time.Minute, time.Now()), ErrInvalidJob, "two times at once")
 }
 
 func TestRescheduleInAndAtOnEveryBackend(t *testing.T) {

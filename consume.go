@@ -44,9 +44,6 @@ type ConsumeOptions struct {
 	// it does not return. Default: 30 minutes, or the job's TTR when that is
 	// longer.
 	MaxRunTime time.Duration
-	// Middleware wraps the handler; the first is outermost. The queue's
-	// own (WithConsumeMiddleware) wraps these.
-	Middleware []Middleware
 }
 
 // defaultMaxRunTime is ConsumeOptions.MaxRunTime's default.
@@ -87,10 +84,7 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 	if opts.Grace == 0 {
 		opts.Grace = 10 * time.Second
 	}
-	handler, err := q.wrapHandler(handler, opts.Middleware)
-	if err != nil {
-		return err
-	}
+	handler = q.wrapHandler(handler)
 
 	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: ctx,
 		running: map[*Job]*running{}, kick: make(chan struct{}, 1)}
@@ -110,7 +104,7 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		<-kept
 	}()
 
-	err = c.fetch(ctx, topic, opts.Concurrency)
+	err := c.fetch(ctx, topic, opts.Concurrency)
 
 	done := make(chan struct{})
 	go func() {

@@ -60,7 +60,7 @@ func TestConsumeFinishesRetriesAndRecoversPanics(t *testing.T) {
 			return nil
 		}
 		consumeUntil(t, q, h, ConsumeOptions{Concurrency: 2}, func() bool {
-			dead, err := q.DeadJobs(ctx, "t", 10)
+			dead, err := listJobs(ctx, q, "t", StateDead, 10)
 			mu.Lock()
 			defer mu.Unlock()
 			return err == nil && len(dead) == 1 && finished[ok] && finished[flaky]
@@ -178,7 +178,7 @@ func TestConsumeRunsMiddlewareOutermostFirst(t *testing.T) {
 			}
 		}
 	}
-	// The queue's middleware wraps every consumer's, in the order given.
+	// The queue's middleware wraps every handler, in the order given.
 	q := newQueue(t, miniredisClient(t), WithConsumeMiddleware(mw("queue 1"), mw("queue 2")),
 		WithConsumeMiddleware(mw("queue 3")))
 	pushed(t, q, &Job{Topic: "t"})
@@ -190,7 +190,7 @@ func TestConsumeRunsMiddlewareOutermostFirst(t *testing.T) {
 		done.Store(true)
 		return nil
 	}
-	consumeUntil(t, q, h, ConsumeOptions{Middleware: []Middleware{mw("outer"), mw("inner")}}, done.Load)
+	consumeUntil(t, q, mw("outer")(mw("inner")(h)), ConsumeOptions{}, done.Load)
 	assert.Equal(t, []string{"queue 1", "queue 2", "queue 3", "outer", "inner", "handler"}, order)
 }
 
@@ -202,7 +202,6 @@ func TestConsumeRejectsBadArguments(t *testing.T) {
 	assert.ErrorIs(t, q.Consume(ctx, "", h, ConsumeOptions{}), ErrInvalidTopic)
 	assert.ErrorIs(t, q.Consume(ctx, "t", nil, ConsumeOptions{}), ErrInvalidOption)
 	assert.ErrorIs(t, q.Consume(ctx, "t", h, ConsumeOptions{Concurrency: -1}), ErrInvalidOption)
-	assert.ErrorIs(t, q.Consume(ctx, "t", h, ConsumeOptions{Middleware: []Middleware{nil}}), ErrInvalidOption)
 	closeQueue(t, q)
 	assert.ErrorIs(t, q.Consume(ctx, "t", h, ConsumeOptions{}), ErrClosed)
 }

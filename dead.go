@@ -13,31 +13,6 @@ import (
 // deadBatch bounds how many dead jobs one script call handles.
 const deadBatch = 500
 
-// DeadJobs lists up to limit dead jobs of topic, oldest death first, each
-// with its LastError and, in RunAt, the time it died: List's pages of
-// StateDead, as many as it takes. It returns ErrInvalidTopic for a bad
-// topic.
-func (q *DelayQueue) DeadJobs(ctx context.Context, topic string, limit int) ([]*Job, error) {
-	if err := q.checkTopic(topic); err != nil {
-		return nil, err
-	}
-	var jobs []*Job
-	var opts ListOptions
-	for len(jobs) < limit {
-		opts.Limit = min(limit-len(jobs), maxListLimit)
-		page, err := q.List(ctx, topic, StateDead, opts)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, page.Jobs...)
-		if page.Next == "" {
-			break
-		}
-		opts.Cursor = page.Next
-	}
-	return jobs, nil
-}
-
 // RequeueDead makes a dead job ready again at once, with its attempts reset.
 // It returns ErrNotFound when no dead job has that ID.
 func (q *DelayQueue) RequeueDead(ctx context.Context, id string) error {

@@ -33,14 +33,14 @@ func TestDeadLetters(t *testing.T) {
 		ids := killJobs(t, q, "t", 5)
 		killJobs(t, q, "other", 2)
 
-		dead, err := q.DeadJobs(ctx, "t", 10)
+		dead, err := listJobs(ctx, q, "t", StateDead, 10)
 		require.NoError(t, err)
 		require.Len(t, dead, 5)
 		for _, job := range dead {
 			assert.Equal(t, StateDead, job.State)
 			assert.Equal(t, "failed "+string(job.Body), job.LastError)
 		}
-		few, err := q.DeadJobs(ctx, "t", 2)
+		few, err := listJobs(ctx, q, "t", StateDead, 2)
 		require.NoError(t, err)
 		assert.Len(t, few, 2)
 
@@ -61,10 +61,10 @@ func TestDeadLetters(t *testing.T) {
 		n, err = q.PurgeDead(ctx, "other")
 		require.NoError(t, err)
 		assert.Equal(t, 2, n)
-		dead, err = q.DeadJobs(ctx, "other", 10)
+		dead, err = listJobs(ctx, q, "other", StateDead, 10)
 		require.NoError(t, err)
 		assert.Empty(t, dead)
-		_, err = q.DeadJobs(ctx, "", 10)
+		_, err = listJobs(ctx, q, "", StateDead, 10)
 		assert.ErrorIs(t, err, ErrInvalidTopic)
 	})
 }
@@ -81,7 +81,7 @@ func TestDeadLettersAreKeptUntilTheirRetention(t *testing.T) {
 	n, err = q.trimDead(ctx, 0)
 	require.NoError(t, err)
 	assert.Equal(t, 3, n)
-	dead, err := q.DeadJobs(ctx, "t", 10)
+	dead, err := listJobs(ctx, q, "t", StateDead, 10)
 	require.NoError(t, err)
 	assert.Empty(t, dead)
 }
@@ -93,7 +93,7 @@ func TestHandlerDeletesExpiredDeadLetters(t *testing.T) {
 	killJobs(t, q, "t", 3)
 	startQueue(t, q)
 	require.Eventually(t, func() bool {
-		dead, err := q.DeadJobs(ctx, "t", 10)
+		dead, err := listJobs(ctx, q, "t", StateDead, 10)
 		return err == nil && len(dead) == 0
 	}, 10*time.Second, 5*time.Millisecond)
 }

@@ -241,7 +241,7 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 			errc <- q.Consume(cctx, "gone", func(context.Context, *Job) error { return errors.New("never") }, ConsumeOptions{})
 		}()
 		require.Eventually(t, func() bool {
-			dead, err := q.DeadJobs(ctx, "t", 10)
+			dead, err := listJobs(ctx, q, "t", StateDead, 10)
 			return err == nil && len(dead) == 2
 		}, 30*time.Second, 5*time.Millisecond)
 		require.NoError(t, q.RequeueDead(ctx, requeued))
@@ -257,7 +257,7 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 			return true
 		}, 30*time.Second, 5*time.Millisecond)
 		require.Eventually(t, func() bool {
-			st, err := q.Stats(ctx, "t")
+			st, err := readKeyStats(ctx, q, "t")
 			return err == nil && st.Jobs == 0 && st.Ready == 0
 		}, 30*time.Second, 5*time.Millisecond, "every job is finished")
 		stop()

@@ -135,7 +135,7 @@
 //     asks for another outcome (ErrSkipRetry, RetryIn, Snooze).
 //   - dead.go: jobs out of attempts: listed, requeued, purged, expired.
 //   - seeing inside: inspect.go reads the counts per topic and state
-//     that every script keeps (Overview, Counts, Topics); list.go lists
+//     that every script keeps (Overview, Counts); list.go lists
 //     a topic's jobs by state, a bounded step at a time (List); pause.go
 //     pauses a topic; limits.go, grants.go and handon.go hold a topic to
 //     its limits (SetLimits).

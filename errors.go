@@ -26,15 +26,8 @@ var (
 	// call whose reply was lost is sent again by go-redis, and the second
 	// run finds the reservation its first run settled gone.
 	ErrReservationLost = errors.New("delayqueue: reservation lost")
-	// ErrLeaseLost is the former name of ErrReservationLost, and the same
-	// error: errors.Is matches either.
-	//
-	// Deprecated: use ErrReservationLost. A lease, in this package, is a
-	// bucket handler's hold on its bucket (WithLease).
-	ErrLeaseLost = ErrReservationLost
 	// ErrNotPending is returned by RescheduleIn and RescheduleAt for a job
-	// that is reserved or dead, and by Upsert for a reserved job (without
-	// ReplaceReserved): only delayed and ready jobs can be moved.
+	// that is reserved or dead: only delayed and ready jobs can be moved.
 	ErrNotPending = errors.New("delayqueue: job not pending")
 	// ErrInvalidJob is returned for a job that cannot be pushed: nil, a bad
 	// topic or ID, a negative delay or TTR, a body over the limit. Nothing is

@@ -2,7 +2,6 @@ package delayqueue_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -105,9 +104,8 @@ func ExampleRetryIn() {
 	// 429 delayed webhook answered 429
 }
 
-// A re-sent event must not change the job it created first; the caller
-// learns that it was a duplicate.
-func ExampleDelayQueue_PushWithResult() {
+// A re-sent event must not change the job it created first.
+func ExampleDelayQueue_Push_resent() {
 	ctx := context.Background()
 	srv, _ := miniredis.Run()
 	defer srv.Close()
@@ -117,19 +115,19 @@ func ExampleDelayQueue_PushWithResult() {
 	defer q.Close(ctx)
 
 	for _, body := range []string{"v1", "v2"} {
-		res, _ := q.PushWithResult(ctx, &delayqueue.Job{ID: "event-7", Topic: "events", Body: []byte(body), Delay: time.Minute})
-		fmt.Println(res.ID, "existed:", res.Existed)
+		id, _ := q.Push(ctx, &delayqueue.Job{ID: "event-7", Topic: "events", Body: []byte(body), Delay: time.Minute})
+		fmt.Println(id)
 	}
 	job, _ := q.Get(ctx, "event-7")
 	fmt.Println(string(job.Body))
 	// Output:
-	// event-7 existed: false
-	// event-7 existed: true
+	// event-7
+	// event-7
 	// v1
 }
 
 // An appointment moves: its reminder moves with it, in one call, whether it
-// was still waiting or already due.
+// was still waiting, already due, or being sent.
 func ExampleDelayQueue_Upsert() {
 	ctx := context.Background()
 	srv, _ := miniredis.Run()
@@ -146,9 +144,6 @@ func ExampleDelayQueue_Upsert() {
 			Body:  []byte(appointment + " at " + at.Format("15:04")),
 			RunAt: at.Add(-10 * time.Minute),
 		})
-		if errors.Is(err, delayqueue.ErrNotPending) {
-			return nil // being sent right now, or already dead: nothing to move
-		}
 		return err
 	}
 	day := time.Date(2030, time.March, 4, 0, 0, 0, 0, time.UTC)
@@ -202,7 +197,8 @@ func ExampleDelayQueue_RescheduleAt() {
 	// ready
 }
 
-func ExampleDelayQueue_PushManyWithResults() {
+// Jobs pushed together; PushMany says of each whether it existed already.
+func ExampleDelayQueue_PushMany() {
 	ctx := context.Background()
 	srv, _ := miniredis.Run()
 	defer srv.Close()
@@ -212,7 +208,7 @@ func ExampleDelayQueue_PushManyWithResults() {
 	defer q.Close(ctx)
 
 	_, _ = q.Push(ctx, &delayqueue.Job{ID: "invoice-1", Topic: "invoice", Delay: time.Hour})
-	results, _ := q.PushManyWithResults(ctx, []*delayqueue.Job{
+	results, _ := q.PushMany(ctx, []*delayqueue.Job{
 		{ID: "invoice-1", Topic: "invoice", Delay: time.Hour},
 		{ID: "invoice-2", Topic: "invoice", Delay: time.Hour},
 	})

@@ -280,7 +280,9 @@ func pushN(t *testing.T, q *DelayQueue, n int, mk func(i int) *Job) []string {
 		}
 		got, err := q.PushMany(context.Background(), jobs)
 		require.NoError(t, err)
-		ids = append(ids, got...)
+		for _, r := range got {
+			ids = append(ids, r.ID)
+		}
 	}
 	return ids
 }

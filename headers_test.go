@@ -171,7 +171,7 @@ func TestHeadersTravelWithTheJobThroughEveryScript(t *testing.T) {
 		get(id, StateReady, other, "reservation ran out")
 		pop(other, "reserved a last time")
 		moveDue(id)
-		dead, err := q.DeadJobs(ctx, "t", 10)
+		dead, err := listJobs(ctx, q, "t", StateDead, 10)
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 		check(dead[0], nil, other, "dead")
@@ -185,7 +185,7 @@ func TestHeadersTravelWithTheJobThroughEveryScript(t *testing.T) {
 			{Topic: "t", Body: body},
 		})
 		require.NoError(t, err)
-		get(ids[0], StateReady, traceHeaders, "pushed with PushMany")
-		get(ids[1], StateReady, nil, "pushed with PushMany, without headers")
+		get(ids[0].ID, StateReady, traceHeaders, "pushed with PushMany")
+		get(ids[1].ID, StateReady, nil, "pushed with PushMany, without headers")
 	})
 }

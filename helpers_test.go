@@ -162,3 +162,66 @@ func verifyNoLeaks(t *testing.T) func() {
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop")}
 	return func() { goleak.VerifyNone(t, opts...) }
 }
+
+// keyStats are a queue's figures read from its keys' sizes, summed over
+// its buckets: what a test checks below the counts the scripts keep.
+type keyStats struct {
+	Jobs      int // the pool: every job, of every topic and state
+	Scheduled int // the bucket zsets: delayed and reserved jobs of every topic
+	Ready     int // the topic's ready lists, with the IDs left by jobs no longer ready
+	Dead      int // the topic's dead letters
+}
+
+// readKeyStats reads keyStats for topic in one pipeline.
+func readKeyStats(ctx context.Context, q *DelayQueue, topic string) (keyStats, error) {
+	pipe := q.client.Pipeline()
+	cmds := make([][4]*redis.IntCmd, q.opts.buckets)
+	for b := range cmds {
+		bk := q.keys.bucket(b)
+		cmds[b] = [4]*redis.IntCmd{
+			pipe.HLen(ctx, bk.pool), pipe.ZCard(ctx, bk.zset),
+			pipe.LLen(ctx, bk.ready(topic)), pipe.ZCard(ctx, bk.dead(topic)),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return keyStats{}, err
+	}
+	var s keyStats
+	for _, c := range cmds {
+		s.Jobs += int(c[0].Val())
+		s.Scheduled += int(c[1].Val())
+		s.Ready += int(c[2].Val())
+		s.Dead += int(c[3].Val())
+	}
+	return s, nil
+}
+
+// listJobs lists up to limit jobs of topic in state, List's pages one after
+// another.
+func listJobs(ctx context.Context, q *DelayQueue, topic string, state State, limit int) ([]*Job, error) {
+	var jobs []*Job
+	var opts ListOptions
+	for len(jobs) < limit {
+		opts.Limit = min(limit-len(jobs), maxListLimit)
+		page, err := q.List(ctx, topic, state, opts)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, page.Jobs...)
+		if page.Next == "" {
+			break
+		}
+		opts.Cursor = page.Next
+	}
+	return jobs, nil
+}
+
+// pushWithResult pushes one job with PushMany, which says whether it
+// existed.
+func pushWithResult(ctx context.Context, q *DelayQueue, job *Job) (PushResult, error) {
+	res, err := q.PushMany(ctx, []*Job{job})
+	if err != nil {
+		return PushResult{}, err
+	}
+	return res[0], nil
+}

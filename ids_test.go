@@ -63,7 +63,7 @@ func TestGeneratedIDsSpreadOverBuckets(t *testing.T) {
 // storedJobs counts the jobs in a queue's pools.
 func storedJobs(t *testing.T, q *DelayQueue) int {
 	t.Helper()
-	st, err := q.Stats(context.Background(), "t")
+	st, err := readKeyStats(context.Background(), q, "t")
 	require.NoError(t, err)
 	return st.Jobs
 }
@@ -184,8 +184,8 @@ func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
 		jobs := []*Job{{Topic: "t"}}
 		ids, err := third.PushMany(ctx, jobs)
 		require.NoError(t, err)
-		assert.NotEqual(t, in, ids[0])
-		assert.Equal(t, ids[0], jobs[0].ID)
+		assert.NotEqual(t, in, ids[0].ID)
+		assert.Equal(t, ids[0].ID, jobs[0].ID)
 		assert.Equal(t, 2*n+4, storedJobs(t, q))
 	})
 }

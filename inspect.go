@@ -90,7 +90,7 @@ func (q *DelayQueue) Overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	if ov.Paused, err = q.PausedTopics(ctx); err != nil {
+	if ov.Paused, err = q.pausedTopics(ctx); err != nil {
 		return Overview{}, err
 	}
 	slices.Sort(ov.Paused)
@@ -119,21 +119,6 @@ func (q *DelayQueue) Counts(ctx context.Context, topic string) (Counts, error) {
 	var jobs int
 	err := q.summarize(ctx, topic, func(_ string, c Counts) { sum.add(c) }, &jobs)
 	return sum, err
-}
-
-// Topics lists, sorted, the topics that have a job in some state, or are
-// paused.
-func (q *DelayQueue) Topics(ctx context.Context) ([]string, error) {
-	ov, err := q.Overview(ctx)
-	if err != nil {
-		return nil, err
-	}
-	topics := make([]string, 0, len(ov.Topics))
-	for topic := range ov.Topics {
-		topics = append(topics, topic)
-	}
-	slices.Sort(topics)
-	return topics, nil
 }
 
 // summaryStep is about how many counts or dead topics one summary.lua

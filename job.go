@@ -71,7 +71,7 @@ type Job struct {
 	Body []byte
 	// Headers are small key/value pairs that travel with the job from Push
 	// to whoever pops it, such as a W3C trace context. Pop, Consume, Get
-	// and DeadJobs return them; retries, moves and requeues keep them;
+	// and List return them; retries, moves and requeues keep them;
 	// Upsert replaces them with its job's. Opaque to the queue, as Body
 	// is: at most 64 of them, keys not empty, keys and values adding up to
 	// at most 60 KiB (Push refuses more with ErrInvalidJob), counting what

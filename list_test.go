@@ -99,7 +99,7 @@ func TestListReservedAndDead(t *testing.T) {
 		}
 		wantReserved := idsByTime(reserved, func(j *Job) time.Time { return j.ReservedUntil })
 		assert.Equal(t, wantReserved, listAll(t, q, "t", StateReserved, 4, nil))
-		deadJobs, err := q.DeadJobs(ctx, "t", 10)
+		deadJobs, err := listJobs(ctx, q, "t", StateDead, 10)
 		require.NoError(t, err)
 		wantDead := idsByTime(deadJobs, func(j *Job) time.Time { return j.DiedAt })
 		assert.ElementsMatch(t, dead, wantDead)

@@ -9,9 +9,8 @@ import (
 // dqotel's) that wraps every push and every Consume handler. The root
 // package knows nothing of what it does.
 
-// PushFunc stores the jobs of one push call: one job for Push,
-// PushWithResult and Upsert, all of them for PushMany and
-// PushManyWithResults. It returns the call's error.
+// PushFunc stores the jobs of one push call: one job for Push and Upsert,
+// all of them for PushMany. It returns the call's error.
 type PushFunc func(ctx context.Context, jobs []*Job) error
 
 // PushMiddleware wraps every push of a queue (WithPushMiddleware), to trace
@@ -25,18 +24,18 @@ type PushFunc func(ctx context.Context, jobs []*Job) error
 // Job.ID), next gives the job another: read job.ID once next returned.
 type PushMiddleware func(next PushFunc) PushFunc
 
-// WithPushMiddleware wraps every push of the queue in mw: Push,
-// PushWithResult, PushMany, PushManyWithResults and Upsert. The first is
-// outermost; middleware given by several options runs in the order given.
+// WithPushMiddleware wraps every push of the queue in mw: Push, PushMany
+// and Upsert. The first is outermost; middleware given by several options runs in the order given.
 // Default: none, and then a push does no work for it.
 func WithPushMiddleware(mw ...PushMiddleware) Option {
 	return optionFunc(func(o *options) { o.pushMiddleware = append(o.pushMiddleware, mw...) })
 }
 
 // WithConsumeMiddleware wraps the handler of every Consume of the queue in
-// mw, outside the ConsumeOptions' own Middleware: one option puts tracing
-// around every consumer. The first is outermost; middleware given by
-// several options runs in the order given. Default: none.
+// mw: one option puts tracing around every consumer. The first is
+// outermost; middleware given by several options runs in the order given.
+// Default: none. To wrap the handler of one Consume, wrap it before
+// passing it.
 func WithConsumeMiddleware(mw ...Middleware) Option {
 	return optionFunc(func(o *options) { o.consumeMiddleware = append(o.consumeMiddleware, mw...) })
 }
@@ -98,16 +97,11 @@ func (q *DelayQueue) throughPushMany(ctx context.Context, jobs []*Job) ([]PushRe
 	return res, err
 }
 
-// wrapHandler wraps a Consume handler in the middleware of its options,
-// then in the queue's.
-func (q *DelayQueue) wrapHandler(h Handler, own []Middleware) (Handler, error) {
-	for _, list := range [][]Middleware{own, q.opts.consumeMiddleware} {
-		for i := len(list) - 1; i >= 0; i-- {
-			if list[i] == nil {
-				return nil, fmt.Errorf("%w: nil middleware", ErrInvalidOption)
-			}
-			h = list[i](h)
-		}
+// wrapHandler wraps a Consume handler in the queue's consume middleware
+// (WithConsumeMiddleware), which New checked.
+func (q *DelayQueue) wrapHandler(h Handler) Handler {
+	for i := len(q.opts.consumeMiddleware) - 1; i >= 0; i-- {
+		h = q.opts.consumeMiddleware[i](h)
 	}
-	return h, nil
+	return h
 }

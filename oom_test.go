@@ -57,7 +57,9 @@ func fillRedis(t *testing.T, q *DelayQueue, topic string, delay time.Duration) [
 				require.Less(t, i, 10_000, "Redis never filled up")
 			}
 		}
-		ids = append(ids, got...)
+		for _, r := range got {
+			ids = append(ids, r.ID)
+		}
 		require.Less(t, batch, 10_000, "Redis never filled up")
 	}
 }

@@ -37,7 +37,7 @@ func TestRetryHonoursTheOutcomeItsCauseNames(t *testing.T) {
 		got := state(id)
 		assert.Equal(t, StateDead, got.State)
 		assert.WithinRange(t, got.DiedAt, died.Add(-5*time.Second), time.Now().Add(5*time.Second), "when it died, in a field of its own")
-		dead, err := q.DeadJobs(ctx, "t", 10)
+		dead, err := listJobs(ctx, q, "t", StateDead, 10)
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 		assert.Equal(t, got.DiedAt, dead[0].DiedAt)

@@ -60,8 +60,8 @@ func (q *DelayQueue) eachBucketSet(ctx context.Context, topic string, add bool) 
 	return redisError(err)
 }
 
-// PausedTopics lists the paused topics, sorted.
-func (q *DelayQueue) PausedTopics(ctx context.Context) ([]string, error) {
+// pausedTopics lists the paused topics, sorted.
+func (q *DelayQueue) pausedTopics(ctx context.Context) ([]string, error) {
 	pipe := q.client.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, q.opts.buckets)
 	for b := range cmds {

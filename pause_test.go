@@ -19,8 +19,9 @@ func TestPauseHoldsATopicInEveryProcessUntilResume(t *testing.T) {
 		startQueue(t, worker)
 
 		require.NoError(t, admin.Pause(ctx, "t"))
-		paused, err := admin.PausedTopics(ctx)
+		ov, err := admin.Overview(ctx)
 		require.NoError(t, err)
+		paused := ov.Paused
 		assert.Equal(t, []string{"t"}, paused)
 		// Within its refresh, the worker stops taking jobs of "t".
 		require.Eventually(t, func() bool {
@@ -33,7 +34,7 @@ func TestPauseHoldsATopicInEveryProcessUntilResume(t *testing.T) {
 			require.ErrorIs(t, err, ErrNoJob)
 			return true
 		}, 30*time.Second, time.Millisecond)
-		st, err := admin.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, admin, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 1, st.Ready, "the job waits in its ready list")
 
@@ -77,8 +78,9 @@ func TestPauseHoldsATopicInEveryProcessUntilResume(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the resumed topic delivered nothing")
 		}
-		paused, err = admin.PausedTopics(ctx)
+		ov, err = admin.Overview(ctx)
 		require.NoError(t, err)
+		paused = ov.Paused
 		assert.Empty(t, paused)
 	})
 }

@@ -101,7 +101,7 @@ func TestACallerIDTwiceInOnePushMakesOneJob(t *testing.T) {
 			{ID: "c", Topic: "t", Body: []byte("second"), Delay: time.Hour},
 		})
 		require.NoError(t, err)
-		assert.Equal(t, []string{"a", "a", "b", "b", "c", "c"}, ids)
+		assert.Equal(t, []PushResult{{ID: "a"}, {ID: "a", Existed: true}, {ID: "b"}, {ID: "b", Existed: true}, {ID: "c"}, {ID: "c", Existed: true}}, ids)
 		for id, state := range map[string]State{"a": StateReady, "b": StateDelayed, "c": StateReady} {
 			job, err := q.Get(ctx, id)
 			require.NoError(t, err)
@@ -280,10 +280,10 @@ func TestPushSaysWhetherItCreatedTheJob(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client)
-		res, err := q.PushWithResult(ctx, &Job{ID: "order-1", Topic: "t", Body: []byte("first")})
+		res, err := pushWithResult(ctx, q, &Job{ID: "order-1", Topic: "t", Body: []byte("first")})
 		require.NoError(t, err)
 		assert.Equal(t, PushResult{ID: "order-1"}, res)
-		res, err = q.PushWithResult(ctx, &Job{ID: "order-1", Topic: "t", Body: []byte("second")})
+		res, err = pushWithResult(ctx, q, &Job{ID: "order-1", Topic: "t", Body: []byte("second")})
 		require.NoError(t, err)
 		assert.Equal(t, PushResult{ID: "order-1", Existed: true}, res)
 		got, err := q.Get(ctx, "order-1")
@@ -291,14 +291,14 @@ func TestPushSaysWhetherItCreatedTheJob(t *testing.T) {
 		assert.Equal(t, "first", string(got.Body), "an existing job is left as it was")
 
 		generated := &Job{Topic: "t"}
-		res, err = q.PushWithResult(ctx, generated)
+		res, err = pushWithResult(ctx, q, generated)
 		require.NoError(t, err)
 		assert.False(t, res.Existed)
-		res, err = q.PushWithResult(ctx, generated)
+		res, err = pushWithResult(ctx, q, generated)
 		require.NoError(t, err)
 		assert.Equal(t, PushResult{ID: generated.ID}, res, "the same job pushed twice")
 
-		results, err := q.PushManyWithResults(ctx, []*Job{
+		results, err := q.PushMany(ctx, []*Job{
 			{ID: "order-1", Topic: "t"}, {ID: "order-2", Topic: "t"}, {ID: "order-2", Topic: "t"},
 		})
 		require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
@@ -13,8 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Adding jobs to the buckets: Push and PushMany, with or without results,
-// and Upsert; how a job is checked and encoded, coalesced with concurrent
+// Adding jobs to the buckets: Push, PushMany and Upsert; how a job is checked and encoded, coalesced with concurrent
 // pushes, and sent as one push.lua call per bucket.
 
 // Push adds a job and returns its ID: the job's own ID when it has one, else
@@ -29,7 +27,14 @@ import (
 // to Redis, the Push calls that follow wait and then go together, one
 // script call per bucket, in one round trip.
 func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
-	res, err := q.PushWithResult(ctx, job)
+	if q.closed.Load() {
+		return "", ErrClosed
+	}
+	a, err := q.opts.prepare(job)
+	if err != nil {
+		return "", err
+	}
+	res, err := q.pushPrepared(ctx, job, a)
 	return res.ID, err
 }
 
@@ -43,16 +48,9 @@ type PushResult struct {
 	Existed bool
 }
 
-// PushWithResult is Push, and says whether the job was created or existed
-// already.
-func (q *DelayQueue) PushWithResult(ctx context.Context, job *Job) (PushResult, error) {
-	if q.closed.Load() {
-		return PushResult{}, ErrClosed
-	}
-	a, err := q.opts.prepare(job)
-	if err != nil {
-		return PushResult{}, err
-	}
+// pushPrepared pushes a job that prepare checked and encoded as a, through
+// the push middleware.
+func (q *DelayQueue) pushPrepared(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
 	if q.opts.pushMiddleware == nil {
 		return q.pushOne(ctx, job, a)
 	}
@@ -87,34 +85,27 @@ const (
 	maxPushBytes = 1 << 20
 )
 
-// PushMany adds many jobs with one script call per bucket they fall in
-// (per 1,000 jobs), all sent in one pipeline, and returns their IDs in
-// order. It checks every job
-// first: when one is refused (ErrInvalidJob), nothing is pushed. Jobs
-// without an ID get a new one, stored in their ID field, so that calling
-// PushMany again with the same jobs after an error pushes none of them
-// twice. Jobs whose ID exists already are left alone, as in Push.
-func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]string, error) {
-	res, err := q.PushManyWithResults(ctx, jobs)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(res))
-	for i, r := range res {
-		ids[i] = r.ID
-	}
-	return ids, nil
-}
-
-// PushManyWithResults is PushMany, and says of each job whether it was
-// created or existed already.
-func (q *DelayQueue) PushManyWithResults(ctx context.Context, jobs []*Job) ([]PushResult, error) {
+// PushMany adds jobs with one script call per bucket they fall in (per
+// 1,000 jobs), in one pipeline, and returns each job's PushResult, in
+// order. It checks every job first: when one is refused (ErrInvalidJob),
+// nothing is pushed. Jobs without an ID get one, stored in their ID field,
+// so that PushMany again with the same jobs after an error pushes none of
+// them twice. Jobs whose ID exists already are left alone, as in Push. One
+// job goes together with concurrent Push calls, as a Push does.
+func (q *DelayQueue) PushMany(ctx context.Context, jobs []*Job) ([]PushResult, error) {
 	if q.closed.Load() {
 		return nil, ErrClosed
 	}
 	args, err := q.opts.prepareAll(jobs)
 	if err != nil {
 		return nil, err
+	}
+	if len(jobs) == 1 {
+		res, err := q.pushPrepared(ctx, jobs[0], args[0])
+		if err != nil {
+			return nil, err
+		}
+		return []PushResult{res}, nil
 	}
 	if q.opts.pushMiddleware == nil {
 		return q.pushMany(ctx, jobs, args)
@@ -175,27 +166,17 @@ func (q *DelayQueue) pushMany(ctx context.Context, jobs []*Job, args []pushArgs)
 	}
 }
 
-// An UpsertOption changes what Upsert does.
-type UpsertOption int
-
-// ReplaceReserved makes Upsert replace a reserved job too: its reservation
-// ends, and the new job is its next delivery, at its due time. The consumer
-// that holds the old one is not stopped; its Finish, Retry and Touch return
+// Upsert creates job, or replaces the job with its ID in any state, in one
+// script, as if pushed anew (attempts and last error start over): the call
+// that moves an appointment's reminder. job must carry an ID of the
+// caller's (ErrInvalidJob otherwise). A dead job leaves the dead letters.
+// A reserved job's reservation ends and the new job is its next delivery;
+// its consumer is not stopped, but its Finish, Retry and Touch return
 // ErrReservationLost, and under Consume its handler's ctx ends at the next
-// extension of its reservation.
-const ReplaceReserved UpsertOption = 1
-
-// Upsert creates job, or replaces the delayed or ready job with its ID, in
-// one script: body, topic, TTR, max attempts and due time (Delay or RunAt)
-// become job's, and attempts and last error start over, as if pushed anew.
-// It is the call that moves an appointment's reminder, whatever state the
-// reminder is in. job must carry an ID of the caller's (ErrInvalidJob
-// otherwise). A dead job is replaced, and leaves the dead letters. A
-// reserved job is not replaced, unless with ReplaceReserved: a consumer
-// holds it, and Upsert returns ErrNotPending. Unlike Push, Upsert creates a job
-// whose ID is still taken by a dedup window, and clears the window. The
-// result's Existed is set when a job was replaced.
-func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption) (PushResult, error) {
+// extension. Unlike Push, Upsert creates a job whose ID is still taken by
+// a dedup window, and clears the window. Existed is set when a job was
+// replaced.
+func (q *DelayQueue) Upsert(ctx context.Context, job *Job) (PushResult, error) {
 	if q.closed.Load() {
 		return PushResult{}, ErrClosed
 	}
@@ -206,21 +187,18 @@ func (q *DelayQueue) Upsert(ctx context.Context, job *Job, opts ...UpsertOption)
 	if err != nil {
 		return PushResult{}, err
 	}
-	replace := slices.Contains(opts, ReplaceReserved)
 	if q.opts.pushMiddleware == nil {
-		return q.upsert(ctx, job, a, replace)
+		return q.upsert(ctx, job, a)
 	}
-	return q.throughPushOne(ctx, job, func(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
-		return q.upsert(ctx, job, a, replace)
-	})
+	return q.throughPushOne(ctx, job, q.upsert)
 }
 
 // upsert creates or replaces a job that prepare checked and encoded as a.
-func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs, replace bool) (PushResult, error) {
+func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix,
-		bk.deadPrefix, bk.deadTopics}, bk.wake, q.pub, job.ID, a.delayMs, a.job, replace).Int64Slice()
+		bk.deadPrefix, bk.deadTopics}, bk.wake, q.pub, job.ID, a.delayMs, a.job, true).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}

@@ -35,7 +35,7 @@ func TestPushIsSafeToRunTwice(t *testing.T) {
 			require.NoError(t, q.push(ctx, 0, []*pushArgs{&a})) // as go-redis re-sends after a read timeout
 			assert.Equal(t, tc.again, a.status, tc.name)
 		}
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 4, st.Jobs)
 		assert.Equal(t, 2, st.Ready, "each due job is in the ready list once")
@@ -55,12 +55,16 @@ func TestPushManyIsOneCallPerBucketAndIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, ids, 300)
 		for i, job := range jobs {
-			assert.Equal(t, ids[i], job.ID, "IDs are stored in the jobs")
+			assert.Equal(t, PushResult{ID: job.ID}, ids[i], "IDs are stored in the jobs")
 		}
-		assert.Equal(t, "mine", ids[7])
+		assert.Equal(t, "mine", ids[7].ID)
 		again, err := q.PushMany(ctx, jobs) // a retry after an unclear error
 		require.NoError(t, err)
-		assert.Equal(t, ids, again)
+		for i := range again {
+			assert.Equal(t, ids[i].ID, again[i].ID)
+		}
+		assert.True(t, again[7].Existed, "a caller's ID exists already")
+		assert.False(t, again[0].Existed, "a generated ID pushed again is the same job pushed twice")
 		seen := consume(t, []*DelayQueue{q}, "t", 2, 300)
 		assert.Len(t, seen, 300)
 		for _, n := range seen {
@@ -90,7 +94,7 @@ func TestPushManyKeepsTheFirstOfTwoJobsWithOneID(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "first", string(job.Body), "delay %v", delay)
 		}
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 2, st.Jobs)
 		assert.Equal(t, 1, st.Ready, "one ID in the ready list, not two")
@@ -108,8 +112,8 @@ func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
 		}
 		ids, err := q.PushMany(ctx, jobs)
 		require.NoError(t, err)
-		for _, id := range ids {
-			job, err := q.Get(ctx, id)
+		for _, res := range ids {
+			job, err := q.Get(ctx, res.ID)
 			require.NoError(t, err)
 			assert.Equal(t, StateReady, job.State)
 		}
@@ -160,16 +164,10 @@ func TestUpsertCreatesOrReplacesAPendingJob(t *testing.T) {
 		_, err = q.Pop(ctx, "remind", 0)
 		assert.ErrorIs(t, err, ErrNoJob, "replacing a ready job keeps one entry")
 
-		// Reserved: refused, nothing changes.
-		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("later"), Delay: time.Hour})
-		assert.ErrorIs(t, err, ErrNotPending)
-		assert.Contains(t, err.Error(), "reserved")
-		assert.Equal(t, "now, again", string(get("reminder-1").Body))
-
 		// Finished, its ID taken by the dedup window: Push leaves it, Upsert
 		// creates it again.
 		require.NoError(t, q.Finish(ctx, job.ID))
-		pushedAgain, err := q.PushWithResult(ctx, &Job{ID: "reminder-1", Topic: "remind"})
+		pushedAgain, err := pushWithResult(ctx, q, &Job{ID: "reminder-1", Topic: "remind"})
 		require.NoError(t, err)
 		assert.True(t, pushedAgain.Existed)
 		res, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new day"), Delay: time.Hour})
@@ -195,7 +193,7 @@ func TestUpsertCreatesOrReplacesAPendingJob(t *testing.T) {
 	})
 }
 
-func TestUpsertReplacesAReservedJobOnlyWhenAsked(t *testing.T) {
+func TestUpsertReplacesAReservedJob(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client)
@@ -203,9 +201,7 @@ func TestUpsertReplacesAReservedJobOnlyWhenAsked(t *testing.T) {
 		held, err := q.Pop(ctx, "remind", 0)
 		require.NoError(t, err)
 
-		_, err = q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")})
-		require.ErrorIs(t, err, ErrNotPending)
-		res, err := q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")}, ReplaceReserved)
+		res, err := q.Upsert(ctx, &Job{ID: "reminder-1", Topic: "remind", Body: []byte("new")})
 		require.NoError(t, err)
 		assert.True(t, res.Existed)
 
@@ -264,7 +260,7 @@ func TestUpsertReplacesADeadJobAsANewPendingOne(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StateDead, got.State)
 
-		res, err := q.Upsert(ctx, &Job{ID: "r1", Topic: "remind", Body: []byte("new"), Delay: time.Hour}, ReplaceReserved)
+		res, err := q.Upsert(ctx, &Job{ID: "r1", Topic: "remind", Body: []byte("new"), Delay: time.Hour})
 		require.NoError(t, err)
 		assert.True(t, res.Existed)
 		got, err = q.Get(ctx, "r1")
@@ -277,7 +273,7 @@ func TestUpsertReplacesADeadJobAsANewPendingOne(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, Counts{Delayed: 1}, c, "out of the dead letters")
 
-		// Without ReplaceReserved too, and made ready at once.
+		// Dead again, and made ready at once.
 		require.NoError(t, q.RescheduleIn(ctx, "r1", 0))
 		job, err = q.Pop(ctx, "remind", 0)
 		require.NoError(t, err)

@@ -195,7 +195,7 @@ func TestConcurrentPopsAndFinishesDeliverEachJobOnce(t *testing.T) {
 		for id, c := range seen {
 			assert.Equal(t, 1, c, "job %s delivered once", id)
 		}
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Zero(t, st.Jobs, "every job finished")
 	})
@@ -227,7 +227,7 @@ func TestPopsOfManyJobsStayWithinAScriptsLimits(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Equal(t, n-taken, st.Ready, "every ID not reserved is still in the ready list")
 		assert.Equal(t, taken, st.Scheduled, "every job reserved waits for its reservation deadline")
@@ -341,10 +341,10 @@ func TestALostReserveReplySpendsNoAttempt(t *testing.T) {
 
 		startQueue(t, q)
 		require.Eventually(t, func() bool {
-			st, err := q.Stats(ctx, "t")
+			st, err := readKeyStats(ctx, q, "t")
 			return err == nil && st.Scheduled == 0
 		}, 30*time.Second, 10*time.Millisecond, "no reservation is left to run out")
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Zero(t, st.Dead, "no job went to the dead letters")
 		assert.Zero(t, st.Jobs, "both were finished")
@@ -369,7 +369,7 @@ func TestAReserveWhoseReplyNeverCameIsSentAgain(t *testing.T) {
 		assert.Equal(t, a, job.ID, "the job the lost run reserved")
 		assert.Equal(t, 1, job.Attempts)
 		require.NoError(t, q.Finish(ctx, job.ID))
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		assert.Zero(t, st.Jobs, "no job is left reserved until its TTR")
 	}, func(o *redis.Options) {

@@ -63,7 +63,7 @@ func TestScheduleFiresEachTickOnceAheadOfItsTime(t *testing.T) {
 	until, err = other.fireTicks(ctx, 0)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, until, "the second look finds the tick fired")
-	st, err := q.Stats(ctx, "t")
+	st, err := readKeyStats(ctx, q, "t")
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Ready)
 	assert.Equal(t, 1, st.Scheduled, "the next tick's job, and no other")
@@ -98,7 +98,7 @@ func TestScheduleAfterAnOutagePushesOneJobForTheTicksMissed(t *testing.T) {
 	require.NoError(t, err)
 	_, err = q.fireTicks(ctx, 0) // the first look after the outage
 	require.NoError(t, err)
-	st, err := q.Stats(ctx, "t")
+	st, err := readKeyStats(ctx, q, "t")
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Ready, "one catch-up job")
 	assert.Equal(t, 1, st.Scheduled, "the next tick's")
@@ -114,7 +114,7 @@ func TestScheduleAfterAnOutagePushesOneJobForTheTicksMissed(t *testing.T) {
 	}
 	_, err = q.fireTicks(ctx, 0)
 	require.NoError(t, err)
-	st, err = q.Stats(ctx, "t")
+	st, err = readKeyStats(ctx, q, "t")
 	require.NoError(t, err)
 	assert.Equal(t, 1+3, st.Ready+st.Scheduled-1, "three ticks came: each has its job")
 	assert.Equal(t, 0, rec.all()[1].Missed)
@@ -150,7 +150,7 @@ func TestScheduleTakeoverByAProcessStartedInTheGap(t *testing.T) {
 	fresh.step(ctx)
 	require.Equal(t, roleHolder, fresh.lease.role, "the new process took the bucket over")
 
-	st, err := q.Stats(ctx, "t")
+	st, err := readKeyStats(ctx, q, "t")
 	require.NoError(t, err)
 	assert.Equal(t, 8, st.Ready+st.Scheduled-1, "the 8 ticks of the 80s gap, a job each, and the next tick's")
 	require.Len(t, rec.all(), 1)
@@ -201,7 +201,7 @@ func TestSchedulePauseResumeReplaceUnschedule(t *testing.T) {
 	q, _, _, _ := clockQueue(t)
 	require.NoError(t, q.Schedule(ctx, Schedule{Name: "s", Every: time.Minute, Job: Job{Topic: "t"}}))
 	delayed := func() int {
-		st, err := q.Stats(ctx, "t")
+		st, err := readKeyStats(ctx, q, "t")
 		require.NoError(t, err)
 		return st.Scheduled
 	}

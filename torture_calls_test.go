@@ -134,7 +134,7 @@ func (w *tortureWorker) push() {
 	job, v := w.newJob(id)
 	q, _, who := w.queue()
 	e := &tevent{kind: kPush, who: who, what: "Push " + w.describeJob(job), start: time.Now()}
-	res, err := q.PushWithResult(context.Background(), job)
+	res, err := pushWithResult(context.Background(), q, job)
 	e.end, e.err, e.existed, e.id = time.Now(), err, res.Existed, job.ID
 	e.unexpected = err != nil
 	w.m.stored(v, e)
@@ -153,7 +153,7 @@ func (w *tortureWorker) pushMany() {
 	}
 	q, _, who := w.queue()
 	start := time.Now()
-	res, err := q.PushManyWithResults(context.Background(), jobs)
+	res, err := q.PushMany(context.Background(), jobs)
 	end := time.Now()
 	for i, job := range jobs {
 		e := &tevent{kind: kPush, who: who, id: job.ID, start: start, end: end, err: err, unexpected: err != nil,
@@ -168,16 +168,10 @@ func (w *tortureWorker) pushMany() {
 func (w *tortureWorker) upsert() {
 	job, v := w.newJob(w.callerID())
 	q, _, who := w.queue()
-	var opts []UpsertOption
-	what := "Upsert "
-	if w.rng.IntN(2) == 0 {
-		opts = append(opts, ReplaceReserved)
-		what = "Upsert(ReplaceReserved) "
-	}
-	e := &tevent{kind: kUpsert, who: who, id: job.ID, replace: len(opts) > 0, what: what + w.describeJob(job), start: time.Now()}
-	res, err := q.Upsert(context.Background(), job, opts...)
+	e := &tevent{kind: kUpsert, who: who, id: job.ID, what: "Upsert " + w.describeJob(job), start: time.Now()}
+	res, err := q.Upsert(context.Background(), job)
 	e.end, e.err, e.existed = time.Now(), err, res.Existed
-	e.unexpected = err != nil && !errors.Is(err, ErrNotPending)
+	e.unexpected = err != nil
 	w.m.stored(v, e)
 }
 

@@ -369,9 +369,6 @@ func (c *jobCheck) checkReservation(i int, d *tdelivery) {
 		case x.kind == kReschedule && x.err == nil:
 			c.add(d.ev.start, x.end, "%s moved it while %s held it (reservation %d, until %s); a reserved job is not pending",
 				x.what, d.ev.what, d.job.reservation, m.ms(d.deadline))
-		case x.kind == kUpsert && !x.replace && x.err == nil:
-			c.add(d.ev.start, x.end, "%s replaced it while %s held it (reservation %d, until %s); without ReplaceReserved a reserved job is not replaced",
-				x.what, d.ev.what, d.job.reservation, m.ms(d.deadline))
 		}
 		return false
 	})

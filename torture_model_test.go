@@ -42,7 +42,6 @@ type tevent struct {
 	unexpected bool       // err is none of those the call's doc names
 	body       string     // push, upsert: the body written; deliver, get: the body read
 	existed    bool       // push, upsert: PushResult.Existed
-	replace    bool       // upsert with ReplaceReserved
 	state      State      // get: the state read
 	del        *tdelivery // deliver, and its holder's settling calls
 	what       string     // the call, for the history

@@ -2,8 +2,8 @@ package delayqueue
 
 // A concurrency torture of the queue: two started DelayQueues on one
 // queue, 30 workers calling them at random (Push and PushMany, with and
-// without IDs of their own, due now, soon or at a RunAt; Upsert, with and
-// without ReplaceReserved; RescheduleIn; Remove; Get; Finish by ID; Pop,
+// without IDs of their own, due now, soon or at a RunAt; Upsert;
+// RescheduleIn; Remove; Get; Finish by ID; Pop,
 // then Finish, Retry, RetryAfter, Release or Touch, at once or after the
 // reservation ran out; a short Consume now and then), and 2 pausers that
 // pause and resume topics. Every call is recorded with when it started

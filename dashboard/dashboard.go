@@ -56,7 +56,6 @@ type Queue interface {
 	PurgeDead(ctx context.Context, topic string) (int, error)
 	Pause(ctx context.Context, topic string) error
 	Resume(ctx context.Context, topic string) error
-	PausedTopics(ctx context.Context) ([]string, error)
 }
 
 // Options configure a dashboard. The zero value is a working dashboard

@@ -168,9 +168,9 @@ func TestActions(t *testing.T) {
 
 func paused(t *testing.T, q *delayqueue.DelayQueue) []string {
 	t.Helper()
-	topics, err := q.PausedTopics(context.Background())
+	ov, err := q.Overview(context.Background())
 	require.NoError(t, err)
-	return topics
+	return ov.Paused
 }
 
 func state(t *testing.T, q *delayqueue.DelayQueue, id string) delayqueue.State {

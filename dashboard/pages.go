@@ -133,12 +133,12 @@ func (h *handler) topic(name string) func(http.ResponseWriter, *http.Request, st
 			h.fail(w, r, prefix, status(err), err)
 			return
 		}
-		paused, err := h.q.PausedTopics(ctx)
+		snap, err := h.overviews.get(ctx) // the paused topics, read at most once per freshFor
 		if err != nil {
 			h.fail(w, r, prefix, status(err), err)
 			return
 		}
-		data.Paused = slices.Contains(paused, name)
+		data.Paused = snap.paused[name]
 		page, err := h.q.List(ctx, name, state, delayqueue.ListOptions{Cursor: data.Cursor, Limit: h.opts.PageSize})
 		if err != nil {
 			h.fail(w, r, prefix, status(err), err)

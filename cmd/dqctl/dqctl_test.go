@@ -238,15 +238,17 @@ func TestMessagesEscapeIDs(t *testing.T) {
 func TestPauseAndResume(t *testing.T) {
 	f := serverFixture(t)
 	assert.Equal(t, "paused orders\n", f.ok(t, "pause", "orders"))
-	paused, err := f.q.PausedTopics(context.Background())
+	ov, err := f.q.Overview(context.Background())
 	require.NoError(t, err)
+	paused := ov.Paused
 	assert.ElementsMatch(t, []string{"orders", "paused"}, paused)
 	assert.Equal(t, "resumed paused\n", f.ok(t, "resume", "paused"))
 	var res map[string]any
 	f.json(t, &res, "resume", "orders")
 	assert.Equal(t, map[string]any{"topic": "orders", "paused": false}, res)
-	paused, err = f.q.PausedTopics(context.Background())
+	ov, err = f.q.Overview(context.Background())
 	require.NoError(t, err)
+	paused = ov.Paused
 	assert.Empty(t, paused)
 }
 

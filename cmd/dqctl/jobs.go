@@ -202,10 +202,11 @@ queue when it does not exist.`,
 			if err != nil {
 				return err
 			}
-			res, err := q.PushWithResult(cmd.Context(), &job)
+			results, err := q.PushMany(cmd.Context(), []*delayqueue.Job{&job})
 			if err != nil {
 				return err
 			}
+			res := results[0]
 			if a.json {
 				return printJSON(a.stdout, map[string]any{"id": res.ID, "existed": res.Existed})
 			}

@@ -75,8 +75,9 @@ func TestServeReadOnlyRefusesActions(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
-	paused, err := f.q.PausedTopics(context.Background())
+	ov, err := f.q.Overview(context.Background())
 	require.NoError(t, err)
+	paused := ov.Paused
 	assert.Equal(t, []string{"paused"}, paused)
 }
 

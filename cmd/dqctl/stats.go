@@ -120,10 +120,15 @@ func (a *app) topicsCommand() *cobra.Command {
 		Short: "List the topics that have jobs or are paused",
 		Args:  exactArgs(0),
 		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, args []string) error {
-			topics, err := q.Topics(ctx)
+			ov, err := q.Overview(ctx)
 			if err != nil {
 				return err
 			}
+			topics := make([]string, 0, len(ov.Topics))
+			for tp := range ov.Topics {
+				topics = append(topics, tp)
+			}
+			slices.Sort(topics)
 			if a.json {
 				return printJSON(a.stdout, append([]string{}, topics...))
 			}

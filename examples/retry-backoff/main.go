@@ -80,12 +80,15 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	dead, err := q.DeadJobs(context.WithoutCancel(ctx), "mail", 10)
-	if err != nil {
-		return err
-	}
-	for _, job := range dead {
-		fmt.Printf("dead letter %s after %d attempts, last error: %s\n", job.ID, job.Attempts, job.LastError)
+	var page delayqueue.JobPage
+	for first := true; first || page.Next != ""; first = false {
+		page, err = q.List(context.WithoutCancel(ctx), "mail", delayqueue.StateDead, delayqueue.ListOptions{Cursor: page.Next})
+		if err != nil {
+			return err
+		}
+		for _, job := range page.Jobs {
+			fmt.Printf("dead letter %s after %d attempts, last error: %s\n", job.ID, job.Attempts, job.LastError)
+		}
 	}
 	return nil
 }

@@ -159,12 +159,14 @@ func run(ctx context.Context) error {
 	}
 
 	// The admin step: look at the dead letters, fix the receiver, requeue.
-	dead, err := q.DeadJobs(ctx, "webhook", 10)
-	if err != nil {
-		return err
-	}
-	for _, job := range dead {
-		fmt.Printf("dead: %s after %d attempt(s): %s\n", job.ID, job.Attempts, job.LastError)
+	var page delayqueue.JobPage
+	for first := true; first || page.Next != ""; first = false {
+		if page, err = q.List(ctx, "webhook", delayqueue.StateDead, delayqueue.ListOptions{Cursor: page.Next}); err != nil {
+			return err
+		}
+		for _, job := range page.Jobs {
+			fmt.Printf("dead: %s after %d attempt(s): %s\n", job.ID, job.Attempts, job.LastError)
+		}
 	}
 	rcv.mu.Lock()
 	rcv.fixed = true
