@@ -4,7 +4,7 @@ go 1.22.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dqueue/delayqueue v0.0.0-00010101000000-000000000000
+	github.com/dqueue/delayqueue v0.0.0-20261126005016-56676f8d25c3
 	github.com/redis/go-redis/v9 v9.17.3
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.35.0

@@ -4,10 +4,10 @@ go 1.22.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dqueue/delayqueue v0.0.0-00010101000000-000000000000
-	github.com/dqueue/delayqueue/dashboard v0.0.0-00010101000000-000000000000
-	github.com/dqueue/delayqueue/dqotel v0.0.0-00010101000000-000000000000
-	github.com/dqueue/delayqueue/dqprom v0.0.0-00010101000000-000000000000
+	github.com/dqueue/delayqueue v0.0.0-20261126005016-56676f8d25c3
+	github.com/dqueue/delayqueue/dashboard v0.0.0-20261126005016-56676f8d25c3
+	github.com/dqueue/delayqueue/dqotel v0.0.0-20261126005016-56676f8d25c3
+	github.com/dqueue/delayqueue/dqprom v0.0.0-20261126005016-56676f8d25c3
 	github.com/prometheus/client_golang v1.22.0
 	github.com/prometheus/client_model v0.6.1
 	github.com/prometheus/common v0.62.0

@@ -3,9 +3,9 @@ module github.com/dqueue/delayqueue/cmd/dqbench
 go 1.22.0
 
 require (
-	github.com/dqueue/delayqueue v0.0.0-00010101000000-000000000000
-	github.com/dqueue/delayqueue/dashboard v0.0.0-00010101000000-000000000000
-	github.com/dqueue/delayqueue/dqprom v0.0.0-00010101000000-000000000000
+	github.com/dqueue/delayqueue v0.0.0-20261126005016-56676f8d25c3
+	github.com/dqueue/delayqueue/dashboard v0.0.0-20261126005016-56676f8d25c3
+	github.com/dqueue/delayqueue/dqprom v0.0.0-20261126005016-56676f8d25c3
 	github.com/prometheus/client_golang v1.22.0
 	github.com/prometheus/common v0.62.0
 	github.com/redis/go-redis/v9 v9.17.3

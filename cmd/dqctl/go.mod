@@ -3,8 +3,8 @@ module github.com/dqueue/delayqueue/cmd/dqctl
 go 1.22.0
 
 require (
-	github.com/dqueue/delayqueue v0.0.0-00010101000000-000000000000
-	github.com/dqueue/delayqueue/dashboard v0.0.0-00010101000000-000000000000
+	github.com/dqueue/delayqueue v0.0.0-20261126005016-56676f8d25c3
+	github.com/dqueue/delayqueue/dashboard v0.0.0-20261126005016-56676f8d25c3
 	github.com/redis/go-redis/v9 v9.17.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
