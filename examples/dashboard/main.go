@@ -19,7 +19,7 @@ import (
 
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dashboard"
-	"github.com/dqueue/delayqueue/internal/exampleredis"
+	"github.com/dqueue/delayqueue/examples/internal/exampleredis"
 )
 
 func main() {

@@ -31,7 +31,7 @@ import (
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dqotel"
 	"github.com/dqueue/delayqueue/dqprom"
-	"github.com/dqueue/delayqueue/internal/exampleredis"
+	"github.com/dqueue/delayqueue/examples/internal/exampleredis"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/dqueue/delayqueue"
-	"github.com/dqueue/delayqueue/internal/exampleredis"
+	"github.com/dqueue/delayqueue/examples/internal/exampleredis"
 )
 
 func main() {
