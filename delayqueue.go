@@ -37,6 +37,7 @@ type DelayQueue struct {
 
 	held       heldSet    // reservations Pop returned, for Finish to check
 	startWatch startWatch // warns when consumers wait and nobody started
+	tally      doneTally  // what this process did, for the history (history.go)
 
 	// Reserve calls: their names, how long their records live, and the
 	// records to delete (see reserve.lua).
@@ -286,6 +287,7 @@ func (q *DelayQueue) startHandlers(ctx context.Context) error {
 			h.run(hctx)
 		}()
 	}
+	q.startHistory(hctx, &wg)
 	stopped := make(chan struct{})
 	go func() {
 		wg.Wait()

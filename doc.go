@@ -87,6 +87,7 @@
 //	dq:{name}:paused           SET     paused topics
 //	dq:{name}:limits           HASH    topic -> its limits (SetLimits)
 //	dq:{name}:lim:...          ZSETs and LISTs of each limited topic's grants (keys.go)
+//	dq:{name}:hist:...         the last hour's samples (History): a LIST per topic and one for the queue
 //
 // A topic's limits live in the queue's own slot, not in the buckets': a
 // consumer of a limited topic first takes grants there (no more than the

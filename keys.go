@@ -43,6 +43,10 @@ import (
 //	dq:{name}:lim:free:<topic> LIST  one entry per grant given back, which consumers at the limit pop (BLPOP)
 //	dq:{name}:lim:rec:<call>   STRING  what one acquire call granted, for a second run
 //	dq:{name}:lim:poke:<token> LIST  a consumer's own key, pushed to end its wait at the limit
+//	dq:{name}:hist:tallies     HASH  "<f|k|n|s|m>:<topic>" -> jobs finished, died, reserved, and the reservations' lateness (sum, max ms), counted by started processes since the latest sample
+//	dq:{name}:hist:latest      STRING  when the latest sample was claimed (server ms)
+//	dq:{name}:hist:all         LIST  the queue's samples, oldest first, the last 360 (history.go)
+//	dq:{name}:hist:t:<topic>   LIST  the topic's samples, oldest first, the last 360
 //
 // The limits' keys share the queue's slot: one script sees a topic's grants
 // whichever buckets (and Cluster masters) hold its jobs.
@@ -149,6 +153,22 @@ func (ks keyspace) grantRecord(call string) string { return "dq:{" + ks.name + "
 
 // limitPoke is a waiting consumer's own key beside the limits.
 func (ks keyspace) limitPoke(token string) string { return "dq:{" + ks.name + "}:lim:poke:" + token }
+
+// historyKeys are the keys of the queue's history (history.go).
+type historyKeys struct{ tallies, latest, all, topicPrefix string }
+
+func (ks keyspace) history() historyKeys {
+	p := "dq:{" + ks.name + "}:hist:"
+	return historyKeys{tallies: p + "tallies", latest: p + "latest", all: p + "all", topicPrefix: p + "t:"}
+}
+
+// series is the list of samples of topic, or of the whole queue for "".
+func (hk historyKeys) series(topic string) string {
+	if topic == "" {
+		return hk.all
+	}
+	return hk.topicPrefix + topic
+}
 
 // control is the channel every process of the queue listens to.
 func (ks keyspace) control() string { return "dq:{" + ks.name + "}:ev:control" }

@@ -37,6 +37,7 @@ var (
 	scriptAcquire    = loadScript("acquire.lua")
 	scriptGiveBack   = loadScript("giveback.lua")
 	scriptRenew      = loadScript("renew.lua")
+	scriptHistory    = loadScript("history.lua")
 )
 
 // A luaScript is one script file in the two forms a server may need. A

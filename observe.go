@@ -110,6 +110,7 @@ type Event struct {
 
 // observe reports e when an Observer is set.
 func (q *DelayQueue) observe(ctx context.Context, e Event) {
+	q.tally.note(e)
 	if q.opts.observer != nil {
 		q.opts.observer.Observe(ctx, e)
 	}
@@ -117,7 +118,7 @@ func (q *DelayQueue) observe(ctx context.Context, e Event) {
 
 // observeReserved reports the jobs a reserve call returned.
 func (q *DelayQueue) observeReserved(ctx context.Context, jobs []*Job) {
-	if q.opts.observer == nil {
+	if q.opts.observer == nil && !q.tally.on.Load() {
 		return
 	}
 	for _, job := range jobs {
@@ -125,7 +126,7 @@ func (q *DelayQueue) observeReserved(ctx context.Context, jobs []*Job) {
 		if !job.dueAt.IsZero() {
 			late = job.ReservedUntil.Add(-job.TTR).Sub(job.dueAt)
 		}
-		q.opts.observer.Observe(ctx, Event{Kind: EventReserved, Topic: job.Topic, JobID: job.ID,
+		q.observe(ctx, Event{Kind: EventReserved, Topic: job.Topic, JobID: job.ID,
 			Attempt: job.Attempts, Lateness: late})
 	}
 }

@@ -27,6 +27,7 @@ type options struct {
 	backoff     Backoff
 	retention   time.Duration
 	dedup       time.Duration
+	history     time.Duration
 	logger      *slog.Logger
 	set         struct{ buckets bool } // options given, where unset means "as stored"
 
@@ -47,6 +48,7 @@ func defaultOptions() options {
 		lease:       30 * time.Second,
 		batch:       200,
 		poll:        10 * time.Second,
+		history:     10 * time.Second,
 		backoff:     ExponentialBackoff(time.Second, time.Hour),
 		logger:      slog.Default(),
 	}
@@ -120,6 +122,14 @@ func WithDeadRetention(d time.Duration) Option {
 // the job. At most 2^32-1 ms (49 days). Default: 0, none.
 func WithDedupWindow(d time.Duration) Option { return optionFunc(func(o *options) { o.dedup = d }) }
 
+// WithHistory sets how often the started processes sample the queue's
+// figures into Redis, for History and the dashboard's charts: each series
+// keeps its last 360 samples. Default: 10 s (an hour of history). 0 turns
+// the sampling off in this process; else it must be at least 1 s.
+func WithHistory(every time.Duration) Option {
+	return optionFunc(func(o *options) { o.history = every })
+}
+
 // WithLogger sets the logger for the queue's errors and warnings.
 // Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
@@ -163,6 +173,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: negative dead-letter retention %v", ErrInvalidOption, o.retention)
 	case o.dedup < 0 || o.dedup > maxDedupWindow:
 		return fmt.Errorf("%w: dedup window %v: want 0 to %v", ErrInvalidOption, o.dedup, maxDedupWindow)
+	case o.history != 0 && (o.history < time.Second || o.history%time.Millisecond != 0):
+		return fmt.Errorf("%w: history interval %v: want 0, or whole milliseconds from 1s", ErrInvalidOption, o.history)
 	case o.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	}

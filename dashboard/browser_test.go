@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,8 +38,11 @@ func TestBrowser(t *testing.T) {
 		bin, err = exec.LookPath("chromium")
 		require.NoError(t, err, "DQ_BROWSER=1 needs chromium on PATH (apt-get install chromium) or DQ_CHROMIUM")
 	}
-	q := newQueue(t, redistest.Shared(t).Client(t))
+	c := redistest.Shared(t).Client(t)
+	name := fmt.Sprintf("browser-%d", nameSeq.Add(1))
+	q := newQueue(t, c, delayqueue.WithName(name))
 	ids := seed(t, q)
+	startedTwin(t, c, name) // keeps the history the charts show
 	odd := []string{".", "..", "a/b"}
 	for _, name := range odd {
 		_, err := q.Push(context.Background(), &delayqueue.Job{ID: name, Topic: name, Body: []byte("odd"), Delay: time.Hour})
@@ -142,7 +146,11 @@ func TestBrowser(t *testing.T) {
 	assert.Equal(t, delayqueue.StateReady, state(t, q, ids.dead))
 
 	// Pause mail from the overview, which then reads the queue anew: its
-	// charts have two samples.
+	// charts show once the started twin has taken two samples.
+	require.Eventually(t, func() bool {
+		samples, err := q.History(context.Background(), "")
+		return err == nil && len(samples) >= 2
+	}, 15*time.Second, 50*time.Millisecond)
 	run(chromedp.Navigate(base+"/"), chromedp.WaitVisible(row+`button`),
 		chromedp.Click(row+`button`), chromedp.WaitVisible(`.flash`), chromedp.WaitVisible(`svg.chart`),
 		chromedp.Text(row, &pausedRow), shot("overview"))

@@ -24,10 +24,12 @@ const (
 )
 
 // figures are what the overview page shows: the queue's Overview, and its
-// schedules when the queue lists them (scheduleLister).
+// schedules and history when the queue has them (scheduleLister,
+// historyReader).
 type figures struct {
 	delayqueue.Overview
 	Schedules []delayqueue.Schedule
+	History   []delayqueue.Sample
 }
 
 // snapshot is an Overview as the overview page reads it.

@@ -6,9 +6,9 @@
 //
 // It shows an overview (each topic's jobs per state, the age of its oldest
 // ready job, whether it is paused, a hundred topics a page; the periodic
-// schedules with their next and last tick; and charts of the last
-// minutes), a page per topic listing its jobs by state a page at
-// a time, and a page per job (its fields, headers, last error and body).
+// schedules with their next and last tick; and charts of the last hour),
+// a page per topic listing its jobs by state a page at a time, with the
+// topic's charts, and a page per job (its fields, headers, last error and body).
 // Its buttons pause and resume a topic, requeue or purge dead letters, and
 // remove a job. The overview's figures are read from Redis at most every
 // 2 s (longer when reading them takes long), once for all who look.
@@ -44,7 +44,9 @@ import (
 // has every method. Each must be safe for concurrent use. A Queue that
 // also has Schedules(ctx) ([]delayqueue.Schedule, error), as
 // *delayqueue.DelayQueue does, has its periodic schedules listed on the
-// overview.
+// overview; one that has History(ctx, topic) ([]delayqueue.Sample,
+// error), as it does too, has charts of the history that the queue's
+// started processes keep in Redis.
 type Queue interface {
 	Overview(ctx context.Context) (delayqueue.Overview, error)
 	Counts(ctx context.Context, topic string) (delayqueue.Counts, error)
@@ -77,9 +79,6 @@ type Options struct {
 	Logger *slog.Logger
 	// PageSize is how many jobs a topic page lists. Default: 50.
 	PageSize int
-	// Meter, when also given to the queue with delayqueue.WithObserver,
-	// adds a throughput chart to the overview. Default: none.
-	Meter *Meter
 	// FormKey signs the forms' tokens against cross-site requests: give
 	// every replica behind one address the same key, of at least 32
 	// random bytes kept secret, and a form one shows is taken by any.
@@ -104,11 +103,10 @@ var staticFS embed.FS
 
 // handler is the dashboard: see New.
 type handler struct {
-	q       Queue
-	opts    Options
-	log     *slog.Logger
-	csrf    csrfKey
-	history *history
+	q    Queue
+	opts Options
+	log  *slog.Logger
+	csrf csrfKey
 	// overviews keeps the last Overview a moment (cache.go).
 	overviews *overviewCache
 	pages     map[string]*template.Template
@@ -141,21 +139,22 @@ func New(q Queue, opts Options) http.Handler {
 		panic(err) // the embedded folder exists
 	}
 	h := &handler{
-		q:       q,
-		opts:    opts,
-		log:     opts.Logger,
-		csrf:    key,
-		history: newHistory(opts.Meter),
-		pages:   parsePages(),
-		static:  static,
+		q:      q,
+		opts:   opts,
+		log:    opts.Logger,
+		csrf:   key,
+		pages:  parsePages(),
+		static: static,
 	}
 	h.overviews = newOverviewCache(func(ctx context.Context) (figures, error) {
 		ov, err := q.Overview(ctx)
 		if err != nil {
 			return figures{}, err
 		}
-		h.history.add(ov)
 		fig := figures{Overview: ov}
+		if fig.History, err = history(ctx, q, ""); err != nil {
+			return figures{}, err
+		}
 		if l, ok := q.(scheduleLister); ok {
 			fig.Schedules, err = l.Schedules(ctx)
 		}

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"html/template"
 	"net/http"
 	"slices"
 	"sort"
@@ -23,7 +22,7 @@ type overviewData struct {
 	Total     delayqueue.Counts
 	Jobs      int
 	Buckets   int
-	Charts    []template.HTML
+	Charts    chartsData
 	At        time.Time // when the figures were read
 	// TopicCount is how many topics there are; Matching, how many start
 	// with NamePrefix. The page lists From+1 to From+len(Topics) of them.
@@ -61,7 +60,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request, prefix string
 	v := h.view(w, r, prefix, "Overview")
 	v.Here = v.Overview(namePrefix, after, before)
 	data := overviewData{
-		Total: snap.Total, Jobs: snap.Jobs, Buckets: snap.Buckets, Charts: h.history.charts(), At: snap.at, Schedules: snap.Schedules,
+		Total: snap.Total, Jobs: snap.Jobs, Buckets: snap.Buckets, Charts: charts(snap.History), At: snap.at, Schedules: snap.Schedules,
 		TopicCount: len(snap.names), Matching: hi - lo, From: from - lo, NamePrefix: namePrefix,
 	}
 	for _, name := range snap.names[from:to] {
@@ -111,6 +110,7 @@ type topicData struct {
 	State  string
 	States []string
 	Jobs   []*delayqueue.Job
+	Charts chartsData
 	// Cursor is the page's cursor ("" on the first) and Next the next
 	// page's ("" on the last).
 	Cursor, Next string
@@ -145,6 +145,12 @@ func (h *handler) topic(name string) func(http.ResponseWriter, *http.Request, st
 			return
 		}
 		data.Jobs, data.Next = page.Jobs, page.Next
+		samples, err := history(ctx, h.q, name)
+		if err != nil {
+			h.fail(w, r, prefix, status(err), err)
+			return
+		}
+		data.Charts = charts(samples)
 		v := h.view(w, r, prefix, "Topic "+name)
 		v.Here = v.TopicState(name, data.State, data.Cursor)
 		v.Data = data

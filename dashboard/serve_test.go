@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/dqueue/delayqueue"
 	"github.com/dqueue/delayqueue/dashboard"
 	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -146,19 +148,48 @@ func (f failing) Counts(context.Context, string) (delayqueue.Counts, error) {
 }
 func (f failing) Get(context.Context, string) (*delayqueue.Job, error) { return nil, f.err }
 
+// TestCharts: a dashboard in a process that never starts (an API process
+// that only pushes) shows the history that a started process keeps in
+// Redis, on the overview and on a topic's page.
 func TestCharts(t *testing.T) {
-	meter := dashboard.NewMeter()
-	q := newQueue(t, redistest.Shared(t).Client(t), delayqueue.WithObserver(meter))
-	seed(t, q)
-	s := serve(t, dashboard.New(q, dashboard.Options{Logger: discard, Meter: meter}), "")
-	_, page := s.get("/")
-	assert.NotContains(t, page, "<svg")
-	assert.Contains(t, page, "The charts fill in")
-	_, page = s.get("/")
-	page = s.act("/", topicPath("mail")+"/pause") // an action drops them
-	assert.Equal(t, 3, bytes.Count([]byte(page), []byte(`<svg class="chart"`)))
-	assert.Contains(t, page, "Lateness")
-	assert.Contains(t, page, "Throughput")
+	redistest.ForEach(t, func(t *testing.T, c redis.UniversalClient) {
+		name := fmt.Sprintf("charts-%d", nameSeq.Add(1))
+		seed(t, newQueue(t, c, delayqueue.WithName(name)))
+		api := newQueue(t, c, delayqueue.WithName(name), delayqueue.WithoutInstance())
+		s := serve(t, dashboard.New(api, dashboard.Options{Logger: discard}), "")
+		_, page := s.get("/")
+		assert.NotContains(t, page, "<svg")
+		assert.Contains(t, page, "No history yet: no started process")
+
+		worker := startedTwin(t, c, name)
+		_, err := worker.Push(context.Background(), &delayqueue.Job{Topic: "mail"})
+		require.NoError(t, err)
+		job, err := worker.Pop(context.Background(), "mail", 0)
+		require.NoError(t, err)
+		require.NoError(t, worker.Finish(context.Background(), job.ID))
+		require.Eventually(t, func() bool {
+			samples, err := api.History(context.Background(), "mail")
+			return err == nil && len(samples) >= 3
+		}, 15*time.Second, 50*time.Millisecond)
+		page = s.act("/", topicPath("mail")+"/pause") // an action drops the cached figures
+		assert.Equal(t, 3, bytes.Count([]byte(page), []byte(`<svg class="chart"`)))
+		for _, title := range []string{"Jobs by state", "Throughput", "Lateness"} {
+			assert.Contains(t, page, title)
+		}
+		_, page = s.get(topicPath("mail"))
+		assert.Equal(t, 3, bytes.Count([]byte(page), []byte(`<svg class="chart"`)), "the topic's own charts")
+		_, page = s.get(topicPath("none"))
+		assert.Contains(t, page, "No history yet", "a topic with no sample")
+	})
+}
+
+// startedTwin opens the queue named name again, as another process would, and
+// starts it, sampling every second.
+func startedTwin(t *testing.T, c redis.UniversalClient, name string) *delayqueue.DelayQueue {
+	t.Helper()
+	twin := newQueue(t, c, delayqueue.WithName(name), delayqueue.WithHistory(time.Second))
+	require.NoError(t, twin.Start(context.Background()))
+	return twin
 }
 
 // A mounting is a way to serve a dashboard of q under a prefix.

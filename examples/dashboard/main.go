@@ -42,13 +42,12 @@ func run(ctx context.Context, listen string, started func(url string)) error {
 		return err
 	}
 	defer closeClient()
-	meter := dashboard.NewMeter() // for the overview's throughput chart
-	q, err := delayqueue.New(client, delayqueue.WithName("dashboard-demo"), delayqueue.WithObserver(meter))
+	q, err := delayqueue.New(client, delayqueue.WithName("dashboard-demo"))
 	if err != nil {
 		return err
 	}
 	defer q.Close(context.WithoutCancel(ctx))
-	if err := q.Start(ctx); err != nil {
+	if err := q.Start(ctx); err != nil { // and keeps the history the charts show
 		return err
 	}
 	if err := demo(ctx, q); err != nil {
@@ -58,7 +57,7 @@ func run(ctx context.Context, listen string, started func(url string)) error {
 	mux := http.NewServeMux()
 	// Mount it behind your service's own authentication; ReadOnly: true
 	// for a page that may only look.
-	mux.Handle("/admin/queue/", http.StripPrefix("/admin/queue", dashboard.New(q, dashboard.Options{Meter: meter})))
+	mux.Handle("/admin/queue/", http.StripPrefix("/admin/queue", dashboard.New(q, dashboard.Options{})))
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
