@@ -198,15 +198,12 @@ func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs) (PushResu
 	b := bucketOf(job.ID, q.opts.buckets)
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix,
-		bk.deadPrefix, bk.deadTopics}, bk.wake, q.pub, job.ID, a.delayMs, a.job, true).Int64Slice()
+		bk.deadPrefix, bk.deadTopics}, bk.wake, q.pub, job.ID, a.delayMs, a.job).Int64Slice()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}
-	switch {
-	case len(res) == 0:
+	if len(res) == 0 {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: empty reply", job.ID)
-	case res[0] == upsertRefused && len(res) == 2:
-		return PushResult{}, fmt.Errorf("%w: %q is %v", ErrNotPending, job.ID, State(res[1]))
 	}
 	q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: res[0] == upsertReplaced})
 	return PushResult{ID: job.ID, Existed: res[0] == upsertReplaced}, nil

@@ -15,7 +15,6 @@ const (
 const (
 	upsertCreated  = 1
 	upsertReplaced = 0
-	upsertRefused  = -1 // the job is reserved (its state follows)
 )
 
 // move.lua's answers for a caller that does not hold the lease, first in

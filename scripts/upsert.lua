@@ -1,7 +1,7 @@
 #!lua
 --#include codec header places due counts clock wake signals dead
--- upsert.lua: create a job, or replace the delayed or ready job with its ID,
--- as if pushed anew: body, topic, TTR, max attempts and due time become the
+-- upsert.lua: create a job, or replace the job with its ID whatever its
+-- state, as if pushed anew: body, topic, TTR, max attempts and due time become the
 -- new job's; attempts and last error start over. An explicit write: a
 -- tombstone of the ID (its dedup window) is cleared, not obeyed.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
@@ -10,32 +10,26 @@
 -- ARGV[1] wake channel  ARGV[2] publish command
 -- ARGV[3] id  ARGV[4] delay ms ("" when the job's at_ms holds its due time)
 -- ARGV[5] the job encoded as a delayed job (lib/codec.lua)
--- ARGV[6] "1" to replace a reserved job too: its reservation ends (its
--- consumer's Finish, Retry and Touch find it gone), and the new job is
--- what comes next
--- returns {1} created, {0} replaced, {-1, state} refused: the job is
--- reserved and ARGV[6] is not "1" (its state)
--- A dead job is replaced too: it leaves its dead letters as a new job.
+-- returns {1} created, {0} replaced
+-- A reserved job's reservation ends (its consumer's Finish, Retry and
+-- Touch find it gone), and the new job is what comes next. A dead job
+-- leaves its dead letters as a new job.
 -- Running it twice replaces twice with the same job: the outcome is the
 -- same, but a second run reports {0}.
 
 -- The answer, first in the reply (push.go reads it).
 local UPSERT_CREATED = 1
 local UPSERT_REPLACED = 0
-local UPSERT_REFUSED = -1
 
 local pool, bucket, ready_prefix, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, pub = ARGV[1], ARGV[2]
-local id, delay, v, take_reserved = ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
+local id, delay, v = ARGV[3], ARGV[4], ARGV[5]
 
 local topic = topic_of(v)
 local cur = redis.call('HGET', pool, id)
 local was_ready = false
 if cur then
   local state = byte(cur, 1) % 8
-  if state == RESERVED and not take_reserved then
-    return {UPSERT_REFUSED, state}
-  end
   was_ready = state == READY and topic_of(cur) == topic
   if state == DEAD then
     local dead = KEYS[7] .. topic_of(cur)
