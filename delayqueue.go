@@ -26,14 +26,14 @@ type DelayQueue struct {
 	pub      string // PUBLISH, or SPUBLISH on Redis Cluster
 	ids      idGen
 	rotor    atomic.Uint32             // where the next Pop starts looking
-	pushes   batch.Lanes[*pushArgs]    // bucket.go
+	pushes   batch.Lanes[*pushArgs]    // push.go
 	calls    batch.Lanes[*scriptCall]  // scripts.go
 	reserves batch.Lanes[*reserveCall] // ready.go
-	finishes batch.Lanes[*finishCall]  // pool.go
+	finishes batch.Lanes[*finishCall]  // settle.go
 
 	limiter   limiter                  // limits.go
-	givebacks *batch.Lane[*giveBack]   // grants.go
-	handons   *batch.Lane[*handOnCall] // handon.go
+	givebacks *batch.Lane[*giveBack]   // limits_grants.go
+	handons   *batch.Lane[*handOnCall] // limits_handon.go
 
 	held       heldSet    // reservations Pop returned, for Finish to check
 	startWatch startWatch // warns when consumers wait and nobody started
@@ -56,7 +56,7 @@ type DelayQueue struct {
 	handlers []*bucketHandler
 	stopped  chan struct{} // closed when every bucket handler has returned
 	notes    *notifier
-	waits    *waits // consumers waiting for ready jobs (signals.go)
+	waits    *waits // consumers waiting for ready jobs (wake_signals.go)
 
 	restoreMu sync.Mutex // restoreRecord, one at a time
 
@@ -200,7 +200,7 @@ func (q *DelayQueue) initQueue(ctx context.Context, name, mode string, buckets i
 	return rec, nil
 }
 
-// waiting returns the queue's waits (signals.go), made on first use with
+// waiting returns the queue's waits (wake_signals.go), made on first use with
 // the notifier, which carries resumes to them; ErrClosed after Close.
 func (q *DelayQueue) waiting() (*waits, error) {
 	q.mu.Lock()

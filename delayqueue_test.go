@@ -275,7 +275,7 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 		keys := queueKeys(t, be.client, name)
 		t.Logf("keys left: %v", keys)
 		for _, k := range keys {
-			if strings.HasSuffix(k, ":watched") { // it expires twice the lease after the last look (tick.go)
+			if strings.HasSuffix(k, ":watched") { // it expires twice the lease after the last look (schedule_tick.go)
 				assert.Positive(t, be.client.PTTL(ctx, k).Val(), "%q expires", k)
 				continue
 			}

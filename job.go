@@ -125,7 +125,7 @@ type Job struct {
 	// that Pop did not return.
 	reservation int64
 	// grant is the capacity grant of a popped job of a limited topic
-	// (grants.go), given back when the job is settled.
+	// (limits_grants.go), given back when the job is settled.
 	grant string
 	// queue is the identity of the queue whose Pop returned the job: its
 	// reservation is a number of that queue's alone.

@@ -10,7 +10,7 @@ import (
 )
 
 // Each bucket keeps one ready list per topic, and beside it the topic's
-// ready signals (signals.go). A consumer of a topic reserves from the lists
+// ready signals (wake_signals.go). A consumer of a topic reserves from the lists
 // of every bucket, but only where this process holds a signal or signals
 // are left, and no more jobs than those: an idle consumer waits in a
 // blocked call and sends Redis nothing more, and n jobs made ready wake n
@@ -170,7 +170,7 @@ func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	// Finish(ctx, id) checks this reservation (see held.go). A look that
+	// Finish(ctx, id) checks this reservation (see settle_held.go). A look that
 	// found the job was sent after sent: the reservation ends later than
 	// sent plus the TTR.
 	q.held.add(jobs, sent)
@@ -196,7 +196,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	signal := noSignal // or a bucket whose signal was taken for this consumer
 	for {
 		// A limited topic's consumer takes grants first, and reserves no
-		// more jobs than granted (grants.go).
+		// more jobs than granted (limits_grants.go).
 		var g *grant
 		var wait time.Duration
 		var full bool
