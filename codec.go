@@ -43,13 +43,13 @@ const queueFormat = 4
 //	        [2]   headers length, when bit 6 is set
 //	        ...   topic, last error, headers, body (the rest: any bytes)
 //
-// The headers are opaque to the scripts, which carry them over unread:
-// each key and then its value, as a uvarint length and the bytes, keys in
-// order (encodeHeaders). A job without headers has neither bit 6 nor a
-// byte for them, so it is encoded as before headers existed. A job of a
-// 5-byte topic and a 128-byte body, with its push nonce, fits one 160-byte
-// allocation of Redis's allocator. In Go, encodeJob writes the header and
-// decodeJob reads it; in Lua, scripts/lib/header.lua writes it.
+// The headers are opaque to the scripts, which carry them over unread: each
+// key and then its value, as a uvarint length and the bytes, keys in order
+// (encodeHeaders). A job without headers has neither bit 6 nor a byte for
+// them. A job of a 5-byte topic and a 128-byte body, with its push nonce,
+// fits one 160-byte allocation of Redis's allocator. In Go, encodeJob writes
+// the header and decodeJob reads it; in Lua, scripts/lib/header.lua writes
+// it.
 const (
 	jobFormat     = 1 << 7 // the marker bit of an encoded job's first byte
 	jobHasHeaders = 1 << 6
@@ -229,7 +229,7 @@ func decodeJob(id string, v []byte) (*Job, error) {
 		job.ReservedUntil = at
 	case StateDead:
 		job.DiedAt = at
-		job.RunAt = at // as before DiedAt existed
+		job.RunAt = at // a dead job's RunAt is when it died, as DiedAt
 	default:
 		job.RunAt = at
 	}

@@ -8,16 +8,12 @@ import (
 	"time"
 )
 
-// Handler does the work of one job. Returning nil finishes the job; an error
-// (or a panic) retries it after the queue's backoff, or sends it to the dead
-// letters when its attempts ran out. An error that is or wraps ErrSkipRetry
-// sends the job to the dead letters now; RetryIn retries it after a delay
-// of the handler's choosing; Snooze puts it back without counting the
-// attempt. While it runs, Consume extends the
-// job's reservation in the background, so that no other consumer receives
-// it. ctx ends at the consumer's MaxRunTime, when the job's reservation is
-// lost (context.Cause matches ErrReservationLost) or the job removed
-// (ErrNotFound), and when the grace period after shutdown runs out.
+// Handler does the work of one job. Returning nil finishes the job; an
+// error or a panic retries it after the queue's backoff, or sends it to the
+// dead letters once its attempts ran out; ErrSkipRetry, RetryIn and Snooze
+// ask for other outcomes. ctx ends at MaxRunTime, when the grace period
+// after shutdown runs out, and when the job's reservation is lost
+// (context.Cause: ErrReservationLost) or the job removed (ErrNotFound).
 type Handler func(ctx context.Context, job *Job) error
 
 // Middleware wraps a Handler, to log, measure or trace around it.
@@ -33,36 +29,23 @@ type ConsumeOptions struct {
 	// Grace is how long running handlers may go on after ctx ends, before
 	// their contexts are cancelled and their jobs released. Default: 10s.
 	Grace time.Duration
-	// MaxRunTime bounds how long a handler may run on one job. Until then
-	// Consume extends the job's reservation, by its TTR, whenever a third
-	// of it has passed, in one call per bucket for all the jobs that need
-	// it; so a job runs once however short its TTR, and comes back after
-	// its TTR only when its process dies or stalls. At MaxRunTime the
-	// handler's ctx ends and the extensions stop: the job is retried when
-	// the handler returns an error, and delivered again after its TTR when
-	// it does not return. Default: 30 minutes, or the job's TTR when that is
-	// longer.
+	// MaxRunTime bounds how long a handler may run on one job; until then
+	// Consume extends the job's reservation whenever a third of its TTR has
+	// passed. At MaxRunTime the handler's ctx ends and the extensions stop.
+	// Default: 30 minutes, or the job's TTR when that is longer.
 	MaxRunTime time.Duration
 }
 
 // defaultMaxRunTime is ConsumeOptions.MaxRunTime's default.
 const defaultMaxRunTime = 30 * time.Minute
 
-// Consume pops jobs of topic and runs handler on each, up to Concurrency at a
-// time, until ctx ends or the queue is closed. Jobs pushed with a delay
-// reach it only while at least one process has called Start (a worker
-// usually calls Start and then Consume); as Pop, it logs a warning when
-// none has. A handler's success finishes
-// its job; an error or a panic retries it with backoff and records the
-// error as the job's LastError. While a handler runs, its job's reservation
-// is extended (see MaxRunTime). When ctx ends, Consume stops popping, lets
-// running handlers finish for up to Grace, then cancels their contexts and
-// releases their jobs back to ready at once (the attempt does not count),
-// and returns nil once every handler has returned: a handler that ignores
-// its context holds Consume until it returns. Consume returns ErrClosed
-// when the queue is closed, and ErrInvalidTopic or ErrInvalidOption for bad
-// arguments. A Redis error while popping is logged and retried with
-// backoff.
+// Consume pops jobs of topic and runs handler on each, up to Concurrency at
+// a time, extending their reservations while they run. A handler's nil
+// finishes its job; an error or a panic retries it with backoff. When ctx
+// ends, running handlers get Grace to return, then their jobs go back to
+// ready, and Consume returns nil once every handler has returned. It
+// returns ErrClosed when the queue is closed, and ErrInvalidTopic or
+// ErrInvalidOption for bad arguments; Redis errors are logged and retried.
 func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler, opts ConsumeOptions) error {
 	if err := q.checkTopic(topic); err != nil {
 		return err

@@ -68,15 +68,13 @@ type DelayQueue struct {
 // initTimeout bounds the one round trip of New, which has no context.
 const initTimeout = 10 * time.Second
 
-// New opens the queue in Redis through client, which may be a single server, a
-// Sentinel failover client or a Cluster client. It records the bucket count and
-// the job encoding on first use, and otherwise checks them: a disagreement
-// returns ErrBucketMismatch or ErrFormatMismatch. Bad options return
-// ErrInvalidOption. New talks to Redis once, for at most 10 seconds, and starts
-// no goroutine; the client is never closed by the queue. A queue opened
-// with New can Push, Pop and Consume, but jobs pushed with a delay become
-// ready only while at least one process that opened the queue has called
-// Start: producers need not, workers should.
+// New opens the queue in Redis through client: a single server, a Sentinel
+// failover client or a Cluster client, which the queue never closes. It
+// records the bucket count and job encoding on first use and checks them
+// after (ErrBucketMismatch, ErrFormatMismatch); bad options return
+// ErrInvalidOption. New talks to Redis once, for at most 10 seconds, and
+// starts no goroutine. Jobs pushed with a delay become ready only while some
+// process has called Start.
 func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)

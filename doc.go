@@ -65,10 +65,11 @@
 // # Layout in Redis
 //
 // A queue has a name and a fixed number of buckets (WithBuckets; by default
-// 8 on Redis Cluster and 1 elsewhere), stored in Redis. A job's bucket follows from its ID alone. All keys of
-// bucket b carry the hash tag {name:b} (or {name:b~k}, so that the buckets'
-// slots spread evenly over the slot space), so one bucket lives in one
-// Cluster slot and the buckets spread over the masters:
+// 8 on Redis Cluster and 1 elsewhere), stored in Redis. A job's bucket
+// follows from its ID alone. All keys of bucket b carry the hash tag
+// {name:b} (or {name:b~k}, so that the buckets' slots spread evenly over the
+// slot space), so one bucket lives in one Cluster slot and the buckets
+// spread over the masters:
 //
 //	dq:{name:b}:pool           HASH    job ID -> encoded job
 //	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by reservation deadline (ms)
@@ -90,12 +91,12 @@
 //
 // A topic's limits live in the queue's own slot, not in the buckets': a
 // consumer of a limited topic first takes grants there (no more than the
-// limits leave, counted for every process), then reserves at most that
-// many jobs from the buckets, wherever they are, and gives each grant back
-// when its job is settled; a grant whose job's reservation ran out is
-// dropped, so a process that dies gives its capacity back after the TTR.
-// Under Consume, a job that finishes hands its grant on to the next job of
-// the topic from its bucket, in the round trip of its finish (limits_handon.go).
+// limits leave, counted for every process), then reserves at most that many
+// jobs from the buckets, wherever they are, and gives each grant back when
+// its job is settled; a grant whose job's reservation ran out is dropped, so
+// a process that dies gives its capacity back after the TTR. Under Consume,
+// a job that finishes hands its grant on to the next job of the topic from
+// its bucket, in the round trip of its finish (limits_handon.go).
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.

@@ -54,22 +54,12 @@ type JobPage struct {
 }
 
 // List lists the jobs of topic in state, a page at a time, in order:
-// delayed jobs by due time (RunAt), ready jobs by arrival (by due time
-// across buckets), reserved jobs by reservation deadline (ReservedUntil),
-// dead jobs by when they died (DiedAt). Pass each page's Next to get the
-// next page, until it is "".
-//
-// A call does a bounded amount of work in Redis, so a page may hold fewer
-// jobs than Limit, even none, while Next is not "": the jobs of other
-// topics, or entries left by jobs no longer there, took its share. The
-// cursor stays good while jobs move: every job that stays in the state
-// from the first page to the last is listed exactly once (a job whose due
-// time or deadline changes meanwhile, or that leaves the state and comes
-// back, may be listed twice or not at all).
-//
-// It returns ErrInvalidTopic, ErrInvalidState, ErrInvalidLimit, or
-// ErrInvalidCursor for a cursor that List did not give for the same queue,
-// topic and state.
+// delayed jobs by due time, ready jobs by arrival, reserved jobs by
+// reservation deadline, dead jobs by when they died. Pass each page's Next
+// to get the next page, until it is "". A page may hold fewer jobs than
+// Limit, even none, before the end. List returns ErrInvalidTopic,
+// ErrInvalidState, ErrInvalidLimit, or ErrInvalidCursor for a cursor it did
+// not give for the same queue, topic and state.
 func (q *DelayQueue) List(ctx context.Context, topic string, state State, opts ListOptions) (JobPage, error) {
 	if err := q.checkTopic(topic); err != nil {
 		return JobPage{}, err

@@ -11,13 +11,10 @@ import (
 // exactly while its ID is in the pool; its state is part of the encoding.
 
 // Get returns the job with the given ID as it is now, with its State and
-// Attempts. RunAt is the due time of a delayed or ready job (a dead job's:
-// when it died, as DiedAt); a reserved job has ReservedUntil instead and no
-// RunAt, since its stored record keeps the reservation's end in place of
-// the due time: the Pop or Consume that reserved it has it (and a
-// schedule's job names its tick in its ID). It returns ErrNotFound when no
-// such job exists (it was finished, removed, or never pushed) and
-// ErrInvalidID for an ID no job can have.
+// Attempts. RunAt is a delayed or ready job's due time and a dead job's time
+// of death; a reserved job has ReservedUntil instead. Get returns
+// ErrNotFound when no such job exists and ErrInvalidID for an ID no job can
+// have.
 func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	b, err := q.openBucketOfID(id)
 	if err != nil {
@@ -52,14 +49,9 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 }
 
 // Remove cancels a job in any state: it will not be delivered (again). It
-// costs O(log n). It returns ErrNotFound when no such job exists.
-//
-// A reserved job is removed too, but its consumer is not stopped: a handler
-// under Consume sees its ctx end, with context.Cause ErrNotFound, at the
-// next extension of its reservation (within a third of the TTR), and a Pop
-// user's Finish, Retry or Touch returns ErrNotFound. Work that must not run
-// after a cancellation (pay versus cancel) needs its own check in the
-// user's store; see the README's Patterns.
+// returns ErrNotFound when no such job exists. A reserved job's consumer is
+// not stopped (docs/guarantees.md); work that must not run after a
+// cancellation needs its own check (docs/patterns.md, pay versus cancel).
 func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {

@@ -154,16 +154,12 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal
 }
 
-// Pop reserves a ready job of topic, waiting up to timeout for one to
-// become ready: the oldest of the bucket it looks at (so jobs come out in
-// the order they became ready within a bucket, and roughly so across
-// buckets); a timeout of zero or less looks once without waiting. The job
-// is reserved for its TTR: Finish it before then, or it is delivered
-// again. While it waits it sends Redis nothing, and a job made ready wakes
-// one waiting consumer, in whichever process. Pop returns ErrNoJob when no
-// job became ready in time, ctx.Err() when ctx ends, ErrClosed when the
-// queue is closed, and ErrInvalidTopic for a bad topic. It is safe for
-// concurrent use.
+// Pop reserves the oldest ready job of topic for its TTR, waiting up to
+// timeout for one (zero or less: it looks once). Finish the job within its
+// TTR, or it is delivered again. Pop returns ErrNoJob when no job became
+// ready in time, ctx.Err() when ctx ends, ErrClosed when the queue is
+// closed, and ErrInvalidTopic for a bad topic. It is safe for concurrent
+// use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)

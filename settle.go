@@ -7,19 +7,12 @@ import (
 	"github.com/dqueue/delayqueue/internal/batch"
 )
 
-// Finish marks a reserved job done and deletes it. When this DelayQueue
-// popped the job, Finish checks that the reservation it popped still holds:
-// once that ran out and the job went back to ready or to another consumer,
-// Finish changes nothing and returns ErrReservationLost, so a stale consumer
-// cannot delete a job that another one now works on. A job this
-// DelayQueue did not pop (popped by another process, or by this one more
-// than an hour after that reservation ran out) is finished in whatever
-// reservation it is now, as any process may. If the job was popped again
-// by this DelayQueue, the latest reservation is the one checked. Finish
-// returns ErrNotFound when no such job exists and ErrNotReserved when the
-// job is not reserved. A Finish whose reply was lost and that the client
-// re-sent returns ErrNotFound although the job was finished: treat
-// ErrNotFound from Finish as "already gone".
+// Finish marks a reserved job done and deletes it. For a job this
+// DelayQueue popped, it checks that reservation: once that ran out and the
+// job went to another consumer, Finish changes nothing and returns
+// ErrReservationLost. It returns ErrNotFound when no such job exists
+// (including a re-sent Finish that took effect) and ErrNotReserved when the
+// job is not reserved.
 func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 	if q.closed.Load() {
 		return ErrClosed
@@ -167,7 +160,8 @@ func (q *DelayQueue) reservedBucket(job *Job) (int, error) {
 	return bucketOfID(job.ID, q.opts.buckets)
 }
 
-// reservationResult reads the status that the reservation-checked scripts return first.
+// reservationResult reads the status that the reservation-checked scripts
+// return first.
 func reservationResult(id string, res []int64) error {
 	switch {
 	case len(res) == 0:

@@ -71,16 +71,12 @@ func errorText(cause error) string {
 	return s
 }
 
-// Retry tells the queue that a popped job failed with cause: it is delivered
-// again after the queue's backoff for its attempt (WithBackoff), or goes to
-// its topic's dead letters when it has had MaxAttempts deliveries. cause
-// becomes the job's LastError. A cause that is (or wraps) ErrSkipRetry,
-// RetryIn or Snooze settles the job as that outcome says instead: dead
-// now, after its own delay, or back without counting the attempt. Retry
-// returns ErrReservationLost when job's
-// reservation is gone (it ran out and the job went back to ready or to
-// another consumer) and ErrNotFound when the job was removed; then nothing
-// changes.
+// Retry tells the queue that a popped job failed with cause, which becomes
+// its LastError: it is delivered again after the queue's backoff
+// (WithBackoff), or goes to the dead letters after MaxAttempts deliveries.
+// A cause that is or wraps ErrSkipRetry, RetryIn or Snooze settles the job
+// as that outcome says. Retry returns ErrReservationLost when job's
+// reservation is gone and ErrNotFound when the job was removed.
 func (q *DelayQueue) Retry(ctx context.Context, job *Job, cause error) error {
 	if q.closed.Load() {
 		return ErrClosed

@@ -9,16 +9,16 @@ import (
 )
 
 // Waiting for ready jobs. Every job made ready adds a ready signal to its
-// topic's signal list in its bucket (scripts/lib/signals.lua). A process whose consumers
-// wait blocks on those lists with BLMPOP (BLPOP where the server has none),
-// taking up to one signal per waiting consumer, and Redis hands each signal
-// to one blocked client: a job wakes one consumer, in whichever process, however
-// many wait. One blocked call waits for every topic the process's consumers
-// wait for: one per bucket on a Cluster (a call's keys share a slot), one
-// in all elsewhere, so a process holds a handful of connections however
-// many topics it consumes. A reserve call takes no more jobs than the
-// signals its caller holds or claims (reserve.lua), so the consumer a
-// signal woke finds its job.
+// topic's signal list in its bucket (scripts/lib/signals.lua). A process
+// whose consumers wait blocks on those lists with BLMPOP (BLPOP where the
+// server has none), taking up to one signal per waiting consumer, and Redis
+// hands each signal to one blocked client: a job wakes one consumer, in
+// whichever process, however many wait. One blocked call waits for every
+// topic the process's consumers wait for: one per bucket on a Cluster (a
+// call's keys share a slot), one in all elsewhere, so a process holds a
+// handful of connections however many topics it consumes. A reserve call
+// takes no more jobs than the signals its caller holds or claims
+// (reserve.lua), so the consumer a signal woke finds its job.
 
 // unknown is what a process knows of the signals a bucket's list holds
 // before a reserve call has said.

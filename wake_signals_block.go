@@ -61,12 +61,11 @@ const maxTake = 64
 
 // wanted returns the keys group g waits on now: the signal lists of the
 // topics that consumers wait for (not paused; a topic with signals held has
-// no waiter, see enlist), and its poke
-// key; nil when it waits for none. It records them as the call under way.
-// n is how many signals the call may take: one per waiting consumer of
-// those topics, so that a burst of jobs made ready together wakes as many
-// consumers of one process with one reply, and their reserve calls go
-// together.
+// no waiter, see enlist), and its poke key; nil when it waits for none. It
+// records them as the call under way. n is how many signals the call may
+// take: one per waiting consumer of those topics, so that a burst of jobs
+// made ready together wakes as many consumers of one process with one reply,
+// and their reserve calls go together.
 func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -6,12 +6,12 @@
 //
 // It shows an overview (each topic's jobs per state, the age of its oldest
 // ready job, whether it is paused, a hundred topics a page; the periodic
-// schedules with their next and last tick; and charts of the last
-// minutes), a page per topic listing its jobs by state a page at
-// a time, and a page per job (its fields, headers, last error and body).
-// Its buttons pause and resume a topic, requeue or purge dead letters, and
-// remove a job. The overview's figures are read from Redis at most every
-// 2 s (longer when reading them takes long), once for all who look.
+// schedules with their next and last tick; and charts of the last minutes),
+// a page per topic listing its jobs by state a page at a time, and a page
+// per job (its fields, headers, last error and body). Its buttons pause and
+// resume a topic, requeue or purge dead letters, and remove a job. The
+// overview's figures are read from Redis at most every 2 s (longer when
+// reading them takes long), once for all who look.
 //
 // The pages are rendered on the server with html/template, which escapes
 // every topic, ID, header, error and body; a body that is not printable
