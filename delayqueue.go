@@ -26,14 +26,14 @@ type DelayQueue struct {
 	pub      string // PUBLISH, or SPUBLISH on Redis Cluster
 	ids      idGen
 	rotor    atomic.Uint32             // where the next Pop starts looking
-	pushes   batch.Lanes[*pushArgs]    // bucket.go
+	pushes   batch.Lanes[*pushArgs]    // push.go
 	calls    batch.Lanes[*scriptCall]  // scripts.go
 	reserves batch.Lanes[*reserveCall] // ready.go
-	finishes batch.Lanes[*finishCall]  // pool.go
+	finishes batch.Lanes[*finishCall]  // settle.go
 
 	limiter   limiter                  // limits.go
-	givebacks *batch.Lane[*giveBack]   // grants.go
-	handons   *batch.Lane[*handOnCall] // handon.go
+	givebacks *batch.Lane[*giveBack]   // limits_grants.go
+	handons   *batch.Lane[*handOnCall] // limits_handon.go
 
 	held       heldSet    // reservations Pop returned, for Finish to check
 	startWatch startWatch // warns when consumers wait and nobody started
@@ -57,7 +57,7 @@ type DelayQueue struct {
 	handlers []*bucketHandler
 	stopped  chan struct{} // closed when every bucket handler has returned
 	notes    *notifier
-	waits    *waits // consumers waiting for ready jobs (signals.go)
+	waits    *waits // consumers waiting for ready jobs (wake_signals.go)
 
 	restoreMu sync.Mutex // restoreRecord, one at a time
 
@@ -69,15 +69,13 @@ type DelayQueue struct {
 // initTimeout bounds the one round trip of New, which has no context.
 const initTimeout = 10 * time.Second
 
-// New opens the queue in Redis through client, which may be a single server, a
-// Sentinel failover client or a Cluster client. It records the bucket count and
-// the job encoding on first use, and otherwise checks them: a disagreement
-// returns ErrBucketMismatch or ErrFormatMismatch. Bad options return
-// ErrInvalidOption. New talks to Redis once, for at most 10 seconds, and starts
-// no goroutine; the client is never closed by the queue. A queue opened
-// with New can Push, Pop and Consume, but jobs pushed with a delay become
-// ready only while at least one process that opened the queue has called
-// Start: producers need not, workers should.
+// New opens the queue in Redis through client: a single server, a Sentinel
+// failover client or a Cluster client, which the queue never closes. It
+// records the bucket count and job encoding on first use and checks them
+// after (ErrBucketMismatch, ErrFormatMismatch); bad options return
+// ErrInvalidOption. New talks to Redis once, for at most 10 seconds, and
+// starts no goroutine. Jobs pushed with a delay become ready only while some
+// process has called Start.
 func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
@@ -201,7 +199,7 @@ func (q *DelayQueue) initQueue(ctx context.Context, name, mode string, buckets i
 	return rec, nil
 }
 
-// waiting returns the queue's waits (signals.go), made on first use with
+// waiting returns the queue's waits (wake_signals.go), made on first use with
 // the notifier, which carries resumes to them; ErrClosed after Close.
 func (q *DelayQueue) waiting() (*waits, error) {
 	q.mu.Lock()

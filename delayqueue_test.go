@@ -276,7 +276,7 @@ func TestAFullLifeCycleLeavesOnlyTheQueuesMetadata(t *testing.T) {
 		t.Logf("keys left: %v", keys)
 		for _, k := range keys {
 			// The watch record expires twice the lease after the last look
-			// (tick.go), the history an hour after its last sample
+			// (schedule_tick.go), the history an hour after its last sample
 			// (history.go).
 			if strings.HasSuffix(k, ":watched") || strings.Contains(k, ":hist:") {
 				assert.Positive(t, be.client.PTTL(ctx, k).Val(), "%q expires", k)

@@ -65,10 +65,11 @@
 // # Layout in Redis
 //
 // A queue has a name and a fixed number of buckets (WithBuckets; by default
-// 8 on Redis Cluster and 1 elsewhere), stored in Redis. A job's bucket follows from its ID alone. All keys of
-// bucket b carry the hash tag {name:b} (or {name:b~k}, so that the buckets'
-// slots spread evenly over the slot space), so one bucket lives in one
-// Cluster slot and the buckets spread over the masters:
+// 8 on Redis Cluster and 1 elsewhere), stored in Redis. A job's bucket
+// follows from its ID alone. All keys of bucket b carry the hash tag
+// {name:b} (or {name:b~k}, so that the buckets' slots spread evenly over the
+// slot space), so one bucket lives in one Cluster slot and the buckets
+// spread over the masters:
 //
 //	dq:{name:b}:pool           HASH    job ID -> encoded job
 //	dq:{name:b}:bucket         ZSET    delayed jobs by due time, reserved jobs by reservation deadline (ms)
@@ -91,12 +92,12 @@
 //
 // A topic's limits live in the queue's own slot, not in the buckets': a
 // consumer of a limited topic first takes grants there (no more than the
-// limits leave, counted for every process), then reserves at most that
-// many jobs from the buckets, wherever they are, and gives each grant back
-// when its job is settled; a grant whose job's reservation ran out is
-// dropped, so a process that dies gives its capacity back after the TTR.
-// Under Consume, a job that finishes hands its grant on to the next job of
-// the topic from its bucket, in the round trip of its finish (handon.go).
+// limits leave, counted for every process), then reserves at most that many
+// jobs from the buckets, wherever they are, and gives each grant back when
+// its job is settled; a grant whose job's reservation ran out is dropped, so
+// a process that dies gives its capacity back after the TTR. Under Consume,
+// a job that finishes hands its grant on to the next job of the topic from
+// its bucket, in the round trip of its finish (limits_handon.go).
 //
 // Wake-ups travel on the bucket's pub/sub channels dq:{name:b}:ev:wake and
 // dq:{name:b}:ev:ready:<topic>, sharded (SPUBLISH) on Redis Cluster.
@@ -104,47 +105,58 @@
 // # The code, in the order a job passes through it
 //
 //   - delayqueue.go: the facade. New opens the queue, Start runs the
-//     bucket handlers, Close stops them; options.go, errors.go and keys.go
-//     (key names, and the bucket of an ID) serve all that follows.
-//   - job.go: Job and State, and the checks a job must pass.
-//   - push.go: push. Push and PushMany check, encode and group jobs by
-//     bucket; concurrent pushes go together (internal/batch) into one
-//     push.lua call per bucket; Upsert creates or replaces one job. A job
-//     due later waits in its bucket's zset; one due now goes straight to
-//     its ready list.
-//   - bucket.go: the buckets: moving due jobs out (moveDue, for the bucket
-//     handler below), and RescheduleIn/RescheduleAt for a waiting job.
-//   - pool.go: the job pool. Get, Finish and Remove, and the job codec
-//     (the one table of the encoding; scripts/lib/header.lua is its one
-//     Lua writer).
-//   - handler.go: the bucket handler, one per bucket and started process,
-//     under its bucket's lease (lock.go). It sleeps until the next job is
-//     due, then moveDue (bucket.go, move.lua) moves due jobs, and jobs
+//     bucket handlers, Close stops them.
+//   - job.go: Job and State, and the checks a job must pass. codec.go:
+//     the job encoding (the one table of it; scripts/lib/header.lua is its
+//     one Lua writer). pool.go: the pool, each bucket's hash of jobs; Get
+//     reads a job, Remove deletes it.
+//   - push.go: Push and PushMany check, encode and group jobs by bucket;
+//     concurrent pushes go together (internal/batch) into one push.lua
+//     call per bucket; Upsert creates or replaces one job. A job due later
+//     waits in its bucket's zset; one due now goes straight to its ready
+//     list. ids.go makes the IDs of jobs pushed without one.
+//   - bucket.go: moving due jobs out of a bucket (moveDue), and
+//     RescheduleIn/RescheduleAt for a waiting job. handler.go: the bucket
+//     handler, one per bucket and started process; it sleeps until the
+//     next job is due, then moveDue (move.lua) moves due jobs, and jobs
 //     whose reservation ran out, to their ready lists.
-//   - notify.go and pubsub.go: wake-ups over pub/sub, routed to bucket
-//     handlers (a job became the earliest) and to waiting consumers (jobs
-//     became ready); watch.go: how a process's waiting Pops share them.
-//   - ready.go: pop. Pop reserves a ready job with reserve.lua, starting
-//     its TTR; concurrent pops of one list share a call. held.go remembers
-//     the reservations this instance popped.
-//   - consume.go: Consume pops for a pool of handlers and settles each
-//     job by its handler's outcome; keep.go extends the reservations of
-//     running handlers.
-//   - settle: Finish (pool.go) deletes the job; retry.go retries it with
-//     backoff (Retry, RetryAfter), extends (Touch) or gives back (Release)
-//     its reservation; outcome.go holds the errors with which a handler
-//     asks for another outcome (ErrSkipRetry, RetryIn, Snooze).
-//   - dead.go: jobs out of attempts: listed, requeued, purged, expired.
-//   - seeing inside: inspect.go reads the counts per topic and state
-//     that every script keeps (Overview, Counts); list.go lists
-//     a topic's jobs by state, a bounded step at a time (List); pause.go
-//     pauses a topic; limits.go, grants.go and handon.go hold a topic to
-//     its limits (SetLimits).
+//   - lock.go: the bucket's lease, under which one bucket handler moves
+//     it, and the standby that takes it over; lock_started.go warns when
+//     consumers wait and no process holds a lease.
+//   - wake_*.go: wake-ups. wake_notify.go routes pub/sub messages to
+//     bucket handlers (a job became the earliest) and to waiting consumers
+//     (jobs became ready); wake_pubsub.go and wake_pubsub_repair.go keep
+//     its subscriptions; wake_signals.go is a process's waiting consumers,
+//     and wake_signals_block.go the blocked calls that take ready signals
+//     for them, one job waking one consumer.
+//   - ready.go: Pop reserves ready jobs with reserve.lua, starting their
+//     TTR; concurrent pops of one list share a call.
+//   - consume.go: Consume pops for a pool of handlers; consume_run.go runs
+//     each job's handler and settles the job by its outcome.
+//   - settle*.go: settling a reserved job. settle.go: Finish deletes it,
+//     Release gives it back; settle_retry.go: Retry and RetryAfter, with
+//     backoff; settle_keep.go: Touch, and the extensions of running
+//     handlers' reservations; settle_outcome.go: the errors with which a
+//     handler asks for another outcome (ErrSkipRetry, RetryIn, Snooze);
+//     settle_held.go: the reservations this instance popped, which Finish
+//     checks.
+//   - dead.go: jobs out of attempts: requeued, purged, expired.
+//   - seeing inside: inspect.go reads the counts per topic and state that
+//     every script keeps (Overview, Counts); list.go lists a topic's jobs
+//     by state, a bounded step at a time (List), list_cursor.go encodes
+//     where a listing goes on; pause.go pauses a topic.
+//   - limits*.go: a topic's limits (SetLimits); limits_grants.go takes and
+//     gives back the grants, limits_handon.go hands a finished job's grant
+//     on to the next job.
+//   - schedule.go: periodic schedules (Schedule); schedule_tick.go fires
+//     their ticks from the bucket handler.
 //   - observe.go and middleware.go: the hooks of other packages (dqotel
 //     for one): Observers receive every step; push middleware wraps every
 //     push, and may set a job's Headers; consume middleware wraps every
 //     Consume handler.
 //   - lua.go loads scripts/*.lua, each with the scripts/lib/*.lua files
 //     its include lines name; replies.go names the codes they answer
-//     with; scripts.go sends their calls; ids.go makes job IDs.
+//     with; scripts.go sends their calls.
+//   - keys.go (every key name, and the bucket of an ID), options.go and
+//     errors.go serve all the above.
 package delayqueue

@@ -22,7 +22,7 @@ type bucketHandler struct {
 	mu     sync.Mutex
 	wakeAt time.Time // the earliest wake-up asked for since the last look
 	free   bool      // the lease holder released the lease
-	tickAt time.Time // when to look at the bucket's schedules (tick.go); zero: at once
+	tickAt time.Time // when to look at the bucket's schedules (schedule_tick.go); zero: at once
 	vacant bool      // the standby lease is free
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
@@ -174,7 +174,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	return wait
 }
 
-// ticks fires the bucket's schedules whose tick came (tick.go), when the
+// ticks fires the bucket's schedules whose tick came (schedule_tick.go), when the
 // earliest tick it knows of came, or a safety poll passed since it last
 // looked, and returns how long until that tick.
 func (h *bucketHandler) ticks(ctx context.Context) time.Duration {

@@ -13,10 +13,10 @@ import (
 
 // Seeing inside: how many jobs of each topic are in each state, and how far
 // behind consumers are. Each bucket counts its delayed, ready and reserved
-// jobs per topic as the scripts move them (scripts/lib/counts.lua), and dead letters are
-// counted by their sets, so the figures cost one script call per bucket,
-// all in one pipeline, whatever the number of jobs. The listing of jobs is
-// in list.go.
+// jobs per topic as the scripts move them (scripts/lib/counts.lua), and dead
+// letters are counted by their sets, so the figures cost one script call per
+// bucket, all in one pipeline, whatever the number of jobs. The listing of
+// jobs is in list.go.
 
 // Counts says how many jobs of a topic are in each state.
 type Counts struct {

@@ -70,15 +70,11 @@ type Job struct {
 	// Body is opaque to the queue.
 	Body []byte
 	// Headers are small key/value pairs that travel with the job from Push
-	// to whoever pops it, such as a W3C trace context. Pop, Consume, Get
-	// and List return them; retries, moves and requeues keep them;
-	// Upsert replaces them with its job's. Opaque to the queue, as Body
-	// is: at most 64 of them, keys not empty, keys and values adding up to
-	// at most 60 KiB (Push refuses more with ErrInvalidJob), counting what
-	// push middleware adds: dqotel adds one, "traceparent" (66 bytes with
-	// its key), and a "tracestate" when the trace has one. A job without
-	// headers (nil or empty) is stored without a byte for them, and comes
-	// back with nil.
+	// to whoever pops it, such as a W3C trace context; retries, moves and
+	// requeues keep them, Upsert replaces them. Opaque to the queue: at most
+	// 64, keys not empty, keys and values adding up to at most 60 KiB with
+	// what push middleware adds (ErrInvalidJob otherwise). A job without
+	// headers comes back with nil.
 	Headers map[string]string
 	// Delay is how long after Push the job is due, measured on the Redis
 	// server's clock. Zero means now.
@@ -125,7 +121,7 @@ type Job struct {
 	// that Pop did not return.
 	reservation int64
 	// grant is the capacity grant of a popped job of a limited topic
-	// (grants.go), given back when the job is settled.
+	// (limits_grants.go), given back when the job is settled.
 	grant string
 	// queue is the identity of the queue whose Pop returned the job: its
 	// reservation is a number of that queue's alone.

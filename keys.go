@@ -35,7 +35,7 @@ import (
 //	dq:{name:b}:schedules      HASH  schedule name -> its definition (schedule.go), for the schedules whose name falls in the bucket
 //	dq:{name:b}:ticks          ZSET  schedule name scored by its next tick (ms), whose job is pushed already; none while paused
 //	dq:{name:b}:lastticks      HASH  schedule name -> its latest tick that came (ms)
-//	dq:{name:b}:watched        STRING  "<since ms> <until ms>": since when started processes have looked at the bucket with no gap, and until when the latest look vouches (tick.go)
+//	dq:{name:b}:watched        STRING  "<since ms> <until ms>": since when started processes have looked at the bucket with no gap, and until when the latest look vouches (schedule_tick.go)
 //	dq:{name}:meta             HASH  bucket count, job encoding and node sequence of the queue
 //	dq:{name}:limits           HASH  topic -> its limits, "<concurrency>:<rate>:<per ms>"
 //	dq:{name}:lim:run:<topic>  ZSET  the topic's capacity grants, scored by deadline (ms)

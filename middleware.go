@@ -24,9 +24,9 @@ type PushFunc func(ctx context.Context, jobs []*Job) error
 // Job.ID), next gives the job another: read job.ID once next returned.
 type PushMiddleware func(next PushFunc) PushFunc
 
-// WithPushMiddleware wraps every push of the queue in mw: Push, PushMany
-// and Upsert. The first is outermost; middleware given by several options runs in the order given.
-// Default: none, and then a push does no work for it.
+// WithPushMiddleware wraps every push of the queue in mw: Push, PushMany and
+// Upsert. The first is outermost; middleware given by several options runs
+// in the order given. Default: none, and then a push does no work for it.
 func WithPushMiddleware(mw ...PushMiddleware) Option {
 	return optionFunc(func(o *options) { o.pushMiddleware = append(o.pushMiddleware, mw...) })
 }

@@ -12,20 +12,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Adding jobs to the buckets: Push, PushMany and Upsert; how a job is checked and encoded, coalesced with concurrent
-// pushes, and sent as one push.lua call per bucket.
+// Adding jobs to the buckets: Push, PushMany and Upsert; how a job is
+// checked and encoded, coalesced with concurrent pushes, and sent as one
+// push.lua call per bucket.
 
-// Push adds a job and returns its ID: the job's own ID when it has one, else
-// a new one, unique among every process that ever opened the queue, which
-// Push also stores in job.ID. The job is due after job.Delay on the Redis
-// server's clock, or at job.RunAt. A job with an ID that exists already is
-// not pushed again, and Push returns its ID with no error: a retried Push
-// creates one job. Push returns nil only once the job is stored under the
-// returned ID. It returns an error matching ErrInvalidJob for a job it
-// refuses, and ErrClosed after Close. It is safe for concurrent use, and
-// concurrent calls are cheaper than lone ones: while one push is on its way
-// to Redis, the Push calls that follow wait and then go together, one
-// script call per bucket, in one round trip.
+// Push adds a job, due after job.Delay on the Redis server's clock or at
+// job.RunAt, and returns its ID: the job's own, else a new unique one that
+// it also stores in job.ID. A job whose ID exists already is not pushed
+// again, and Push returns its ID with no error. It returns an error matching
+// ErrInvalidJob for a job it refuses, and ErrClosed after Close. It is safe
+// for concurrent use; concurrent calls go to Redis together.
 func (q *DelayQueue) Push(ctx context.Context, job *Job) (string, error) {
 	if q.closed.Load() {
 		return "", ErrClosed
@@ -167,15 +163,10 @@ func (q *DelayQueue) pushMany(ctx context.Context, jobs []*Job, args []pushArgs)
 }
 
 // Upsert creates job, or replaces the job with its ID in any state, in one
-// script, as if pushed anew (attempts and last error start over): the call
-// that moves an appointment's reminder. job must carry an ID of the
-// caller's (ErrInvalidJob otherwise). A dead job leaves the dead letters.
-// A reserved job's reservation ends and the new job is its next delivery;
-// its consumer is not stopped, but its Finish, Retry and Touch return
-// ErrReservationLost, and under Consume its handler's ctx ends at the next
-// extension. Unlike Push, Upsert creates a job whose ID is still taken by
-// a dedup window, and clears the window. Existed is set when a job was
-// replaced.
+// script, as if pushed anew (attempts and last error start over). job must
+// carry an ID of the caller's (ErrInvalidJob otherwise). A replaced
+// reserved job's consumer gets ErrReservationLost from Finish, Retry and
+// Touch. Existed is set when a job was replaced.
 func (q *DelayQueue) Upsert(ctx context.Context, job *Job) (PushResult, error) {
 	if q.closed.Load() {
 		return PushResult{}, ErrClosed

@@ -10,7 +10,7 @@ import (
 )
 
 // Each bucket keeps one ready list per topic, and beside it the topic's
-// ready signals (signals.go). A consumer of a topic reserves from the lists
+// ready signals (wake_signals.go). A consumer of a topic reserves from the lists
 // of every bucket, but only where this process holds a signal or signals
 // are left, and no more jobs than those: an idle consumer waits in a
 // blocked call and sends Redis nothing more, and n jobs made ready wake n
@@ -154,23 +154,19 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal
 }
 
-// Pop reserves a ready job of topic, waiting up to timeout for one to
-// become ready: the oldest of the bucket it looks at (so jobs come out in
-// the order they became ready within a bucket, and roughly so across
-// buckets); a timeout of zero or less looks once without waiting. The job
-// is reserved for its TTR: Finish it before then, or it is delivered
-// again. While it waits it sends Redis nothing, and a job made ready wakes
-// one waiting consumer, in whichever process. Pop returns ErrNoJob when no
-// job became ready in time, ctx.Err() when ctx ends, ErrClosed when the
-// queue is closed, and ErrInvalidTopic for a bad topic. It is safe for
-// concurrent use.
+// Pop reserves the oldest ready job of topic for its TTR, waiting up to
+// timeout for one (zero or less: it looks once). Finish the job within its
+// TTR, or it is delivered again. Pop returns ErrNoJob when no job became
+// ready in time, ctx.Err() when ctx ends, ErrClosed when the queue is
+// closed, and ErrInvalidTopic for a bad topic. It is safe for concurrent
+// use.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
 	if err != nil {
 		return nil, err
 	}
-	// Finish(ctx, id) checks this reservation (see held.go). A look that
+	// Finish(ctx, id) checks this reservation (see settle_held.go). A look that
 	// found the job was sent after sent: the reservation ends later than
 	// sent plus the TTR.
 	q.held.add(jobs, sent)
@@ -196,7 +192,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 	signal := noSignal // or a bucket whose signal was taken for this consumer
 	for {
 		// A limited topic's consumer takes grants first, and reserves no
-		// more jobs than granted (grants.go).
+		// more jobs than granted (limits_grants.go).
 		var g *grant
 		var wait time.Duration
 		var full bool

@@ -425,7 +425,7 @@ func (c *jobCheck) popsAfter(i, qi int, t time.Time, later bool) bool {
 
 // heldElse reports whether s, a Finish of d's holder, may have checked a
 // reservation other than d's: Finish checks the reservation of the job
-// that its instance popped last (held.go), which is d's on d's instance
+// that its instance popped last (settle_held.go), which is d's on d's instance
 // unless it popped the job again, and on the other instance is any it
 // popped before.
 func (c *jobCheck) heldElse(i int, d *tdelivery, s *tevent) bool {
@@ -449,7 +449,7 @@ func (c *jobCheck) takenBefore(i int, t time.Time) *tdelivery {
 // staleMustFail reports whether s, a call of d's holder made after a
 // later reservation was taken, must fail. Retry, Release and Touch check
 // d's reservation. Finish checks the reservation that d's instance popped
-// last (held.go), which is d's unless the instance popped the job again,
+// last (settle_held.go), which is d's unless the instance popped the job again,
 // or forgot d's (a Remove or another Finish of the ID on that instance);
 // on the other instance it finishes whatever reservation the job has.
 func (c *jobCheck) staleMustFail(i int, d *tdelivery, s *tevent) bool {

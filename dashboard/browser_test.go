@@ -26,8 +26,8 @@ import (
 // script and checks that it shows as text and runs nothing, clicks
 // requeue and pause, and opens and removes jobs whose IDs and topics are
 // ".", ".." and "a/b" by clicking through the pages. With
-// DQ_SCREENSHOTS=dir it saves the pages it sees there (the README's come
-// from it).
+// DQ_SCREENSHOTS=dir it saves the pages it sees there (the screenshots in
+// docs/ come from it).
 func TestBrowser(t *testing.T) {
 	if os.Getenv("DQ_BROWSER") != "1" {
 		t.Skip("set DQ_BROWSER=1 to drive headless Chromium against the dashboard (.ci/run does)")

@@ -14,13 +14,13 @@
 // # Spans
 //
 // A send span starts in the context given to the push (a child of the
-// caller's span), once the job passed the queue's checks and has its ID,
-// and ends with the push's outcome; PushMany makes one per job. Its
-// context is injected into the job's Headers (by W3C Trace Context unless
-// WithPropagator says otherwise), in a copy of the map: it adds 70 bytes
-// to the stored job with W3C Trace Context. A job pushed with no trace context to carry (a
-// no-op TracerProvider and no span in the push's context) gets no headers,
-// and costs no byte for them.
+// caller's span), once the job passed the queue's checks and has its ID, and
+// ends with the push's outcome; PushMany makes one per job. Its context is
+// injected into the job's Headers (by W3C Trace Context unless
+// WithPropagator says otherwise), in a copy of the map: it adds 70 bytes to
+// the stored job with W3C Trace Context. A job pushed with no trace context
+// to carry (a no-op TracerProvider and no span in the push's context) gets
+// no headers, and costs no byte for them.
 //
 // A process span covers one call of the handler. As the conventions
 // recommend, it links to its job's send span (the message's creation

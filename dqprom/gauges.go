@@ -18,15 +18,11 @@ type Overviewer interface {
 
 // Gauges returns the collector of q's gauges, read from Redis at each
 // scrape with one q.Overview call bounded by Options.ScrapeTimeout (see the
-// package doc for the metrics). A scrape that cannot read Redis still
-// succeeds: it reports delayqueue_up 0 and no other gauge, and logs the
-// error, so that the counters registered beside it are still scraped. A
-// topic with no jobs reports zeros when an earlier scrape or an event of
-// m's saw it.
-// Concurrent scrapes read Redis once each. The collector is safe for
-// concurrent use; register it in one process per queue (see the package
-// doc), and once per registry: the gauges of two queues need two Metrics
-// with different Options.Queue.
+// package doc for the metrics). A scrape that cannot read Redis reports
+// delayqueue_up 0 and no other gauge, and logs the error. A topic with no
+// jobs reports zeros once a scrape or an event of m's saw it. The collector
+// is safe for concurrent use; register it in one process per queue, once
+// per registry (two queues need two Metrics with different Options.Queue).
 func (m *Metrics) Gauges(q Overviewer) prometheus.Collector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, m.constLabels())

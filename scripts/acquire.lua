@@ -18,7 +18,7 @@
 -- capacity gives it back when its reservations would have run out.
 -- Running it twice grants once: the second run answers from the record.
 
--- In place of how many were granted (grants.go reads it).
+-- In place of how many were granted (limits_grants.go reads it).
 local ACQUIRE_NO_LIMITS = -1
 
 local limits, run, rate, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

@@ -11,7 +11,7 @@
 -- whose reservation ran out can never bring a job back: the job is deleted or left
 -- as it is. An ID given twice is finished by the first of its entries.
 
--- A job's answer, as pool.go reads it.
+-- A job's answer, as settle.go reads it.
 local FINISH_DONE = 1
 local FINISH_NO_JOB = 0
 local FINISH_NOT_RESERVED = -1

@@ -9,7 +9,7 @@
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- KEYS[7] dedup zset  KEYS[8] counts hash  KEYS[9] ready-signal key prefix
--- KEYS[10] standby lease  KEYS[11] watched string (tick.go)
+-- KEYS[10] standby lease  KEYS[11] watched string (schedule_tick.go)
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 to
 -- delete (up to 1,000) tombstones whose dedup window ended, and the counts
 -- that are 0, else 0  ARGV[5] grace ms
@@ -62,7 +62,7 @@ end
 
 -- Every caller, whatever its lease role, vouches that a started process
 -- watches the bucket until twice its lease from now: it looks again before
--- then. A look after the latest vouched time starts a new watch (tick.go:
+-- then. A look after the latest vouched time starts a new watch (schedule_tick.go:
 -- the ticks before it came in an outage).
 local seen = redis.call('GET', KEYS[11])
 local since, till = now_ms, now_ms + 2 * lease

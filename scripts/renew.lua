@@ -13,7 +13,7 @@
 -- deadline_ms), 0 for one not
 -- Running it twice renews twice, from the second run's time.
 
--- A grant's answer, as grants.go reads it.
+-- A grant's answer, as limits_grants.go reads it.
 local RENEW_DONE = 1
 local RENEW_KEPT = 0
 

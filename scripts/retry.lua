@@ -21,7 +21,7 @@ forget_records(8)
 local wake, pub = ARGV[5], ARGV[6]
 
 local mode = ARGV[7]
--- The answer, first in the reply (retry.go reads it), or held's status.
+-- The answer, first in the reply (settle_retry.go reads it), or held's status.
 local RETRY_AGAIN = 1
 local RETRY_DIED = 2
 local job, status = held(pool, id, reservation)

@@ -10,7 +10,7 @@
 -- A deadline only moves later, so the bucket's handler needs no wake-up.
 -- Running it twice extends from the second run's time.
 
--- A job's answer when it is not its new deadline, as retry.go reads it.
+-- A job's answer when it is not its new deadline, as settle_keep.go reads it.
 local TOUCH_NO_JOB = 0
 local TOUCH_LOST = -1
 

@@ -26,11 +26,11 @@ import (
 // producer pushes -n-jobs jobs due at random over -n-spread; a consumer
 // process per -n-methods item takes them (Consume with 16 handlers, or 16
 // goroutines calling Pop and Finish); the consumers, the producer or all
-// call Start (-n-start), so the bucket handler runs behind the relay too. The parent reads the topic's
-// counts every 100 ms past the relay, straight from Redis: the ready
-// backlog and the age of its oldest job. Children retry what fails and
-// count it (-endure), so a run ends only with every job delivered or the
-// wait after the last due time over.
+// call Start (-n-start), so the bucket handler runs behind the relay too.
+// The parent reads the topic's counts every 100 ms past the relay, straight
+// from Redis: the ready backlog and the age of its oldest job. Children
+// retry what fails and count it (-endure), so a run ends only with every job
+// delivered or the wait after the last due time over.
 const cutScenarioID = "n"
 
 // cutParams shape scenario N.

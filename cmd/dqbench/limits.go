@@ -15,10 +15,10 @@ import (
 // Scenario lim: how much of a topic's limits a backlog uses, and what a
 // limit costs Redis. Three consumer processes (children, see protocol.go),
 // each Consume with 16 handlers that take limHandler per job, work off a
-// backlog: once under a rate limit,
-// once under a concurrency limit, and once with no limit and about as many
-// handlers as the concurrency limit lets run, for the cost per job.
-// It runs only when named: go run ./cmd/dqbench -only lim -runs 3
+// backlog: once under a rate limit, once under a concurrency limit, and once
+// with no limit and about as many handlers as the concurrency limit lets
+// run, for the cost per job. It runs only when named: go run ./cmd/dqbench
+// -only lim -runs 3
 
 var namedScenarios = []scenario{
 	{"lim", "topic limits: use of a rate and a concurrency limit, and their cost", limitsUse},

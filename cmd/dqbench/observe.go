@@ -24,10 +24,11 @@ const (
 const scrapeEvery = time.Second
 
 // openObserved opens a queue through open with what kind names attached
-// (observeNone or "": nothing), and returns a function that detaches it
-// once the queue is done with. With observeProm, the queue's Observer is a dqprom.Metrics, and a
-// goroutine scrapes a registry of the metrics and the queue's gauges
-// every second, encoding it as promhttp would, until detached.
+// (observeNone or "": nothing), and returns a function that detaches it once
+// the queue is done with. With observeProm, the queue's Observer is a
+// dqprom.Metrics, and a goroutine scrapes a registry of the metrics and the
+// queue's gauges every second, encoding it as promhttp would, until
+// detached.
 func openObserved(kind string, open func(...delayqueue.Option) (*delayqueue.DelayQueue, error)) (*delayqueue.DelayQueue, func(), error) {
 	if kind != observeProm {
 		q, err := open()

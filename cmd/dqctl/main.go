@@ -22,7 +22,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// The exit codes, as "dqctl --help" and the README state them.
+// The exit codes, as "dqctl --help" and docs/operations.md state them.
 const (
 	exitOK       = 0
 	exitError    = 1 // anything else, such as Redis unreachable

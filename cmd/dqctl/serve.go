@@ -68,7 +68,8 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// serve serves h on addr, its dashboard under prefix, until ctx ends, then shuts down gracefully.
+// serve serves h on addr, its dashboard under prefix, until ctx ends, then
+// shuts down gracefully.
 func (a *app) serve(ctx context.Context, addr, prefix string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -1,6 +1,6 @@
 -- codec.lua: reading an encoded job in the pool: the states, the header's
 -- layout and the optional fields. The layout of an encoded job is described
--- once, in the table beside the Go codec (pool.go, encodeJob); header.lua
+-- once, in the table beside the Go codec (codec.go, encodeJob); header.lua
 -- writes the header, decode.lua reads and writes a whole job.
 -- at_ms is the reservation deadline of a reserved job (its score in its
 -- bucket), and the time a ready or dead job became so. A delayed job's due

@@ -1,6 +1,6 @@
 --#include codec
 -- header.lua: writing an encoded job's 22-byte header (see the table in
--- pool.go): the one place in Lua that lays it out.
+-- codec.go): the one place in Lua that lays it out.
 
 -- bytes48 splits a whole number below 2^48 into its six bytes, high first,
 -- with arithmetic alone: no string and no call to math.floor.

@@ -2,7 +2,7 @@
 -- held.lua: a reserved job, checked against the reservation its consumer
 -- holds.
 
--- held's statuses, as retry.go reads them.
+-- held's statuses, as settle.go reads them (reservationResult).
 local HELD_NO_JOB = 0 -- no such job
 local HELD_LOST = -1 -- the caller's reservation is gone
 

@@ -2,37 +2,23 @@ package delayqueue
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Waiting for ready jobs. Every job made ready adds a ready signal to its
-// topic's signal list in its bucket (scripts/lib/signals.lua). A process whose consumers
-// wait blocks on those lists with BLMPOP (BLPOP where the server has none),
-// taking up to one signal per waiting consumer, and Redis hands each signal
-// to one blocked client: a job wakes one consumer, in whichever process, however
-// many wait. One blocked call waits for every topic the process's consumers
-// wait for: one per bucket on a Cluster (a call's keys share a slot), one
-// in all elsewhere, so a process holds a handful of connections however
-// many topics it consumes. A reserve call takes no more jobs than the
-// signals its caller holds or claims (reserve.lua), so the consumer a
-// signal woke finds its job.
-
-// blockFor is how long a blocked call waits before it is sent again: the
-// idle cost of a waiting process (one command per blockFor per bucket on a
-// Cluster, per process elsewhere). Each expiry is a safety look too.
-const blockFor = 20 * time.Second
-
-// holdFor is how long a signal taken for a topic whose consumers of this
-// process all left meanwhile is kept for the next of them, before it is
-// given back for other processes.
-const holdFor = 50 * time.Millisecond
+// topic's signal list in its bucket (scripts/lib/signals.lua). A process
+// whose consumers wait blocks on those lists with BLMPOP (BLPOP where the
+// server has none), taking up to one signal per waiting consumer, and Redis
+// hands each signal to one blocked client: a job wakes one consumer, in
+// whichever process, however many wait. One blocked call waits for every
+// topic the process's consumers wait for: one per bucket on a Cluster (a
+// call's keys share a slot), one in all elsewhere, so a process holds a
+// handful of connections however many topics it consumes. A reserve call
+// takes no more jobs than the signals its caller holds or claims
+// (reserve.lua), so the consumer a signal woke finds its job.
 
 // unknown is what a process knows of the signals a bucket's list holds
 // before a reserve call has said.
@@ -79,15 +65,6 @@ type topicWait struct {
 // bucket whose job it may reserve.
 type waiter struct {
 	wake chan int // buffered
-}
-
-// waitGroup is one blocked call's buckets, and what it waits for now.
-type waitGroup struct {
-	buckets []int
-	poke    string            // this process's key in the group's slot
-	keys    map[string]sigKey // the lists of the call under way; nil while there is none
-	poked   bool              // a poke is on its way to the call under way
-	changed chan struct{}     // buffered: topics to wait for came while none was waited for
 }
 
 // sigKey is what a signal list stands for.
@@ -287,16 +264,6 @@ func (w *waits) enlist(topic string, wt *waiter) {
 	w.poke(poke)
 }
 
-// waitsFor reports whether the group's call under way waits for topic.
-func (g *waitGroup) waitsFor(topic string) bool {
-	for _, k := range g.keys {
-		if k.topic == topic {
-			return true
-		}
-	}
-	return false
-}
-
 // leave takes wt off topic's waiters. A signal it was given and did not use
 // goes to the next waiter, or is held.
 func (w *waits) leave(topic string, wt *waiter) {
@@ -326,20 +293,6 @@ func (w *waits) unused(topic string, b int) {
 	w.deliverLocked(b, topic)
 }
 
-// deliverLocked gives a signal of bucket b to the topic's oldest waiter,
-// or holds it for the next.
-func (w *waits) deliverLocked(b int, topic string) {
-	tw := w.topicLocked(topic)
-	if len(tw.waiters) > 0 {
-		wt := tw.waiters[0]
-		tw.waiters = tw.waiters[1:]
-		wt.wake <- b
-		return
-	}
-	tw.held[b]++
-	time.AfterFunc(holdFor, func() { w.returnHeld(topic) })
-}
-
 // lookStranded has a waiting consumer of topic look at bucket b, where a
 // reserve call took the last signal a while ago and none came since: a job
 // whose signal was lost is taken there (reserve.lua).
@@ -355,70 +308,6 @@ func (w *waits) lookStranded(topic string, b int) {
 	wt := tw.waiters[0]
 	tw.waiters = tw.waiters[1:]
 	wt.wake <- noSignal
-}
-
-// returnHeld gives back the signals of topic that no consumer came for.
-func (w *waits) returnHeld(topic string) {
-	w.mu.Lock()
-	held := w.takeHeldLocked(topic)
-	w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
-	defer cancel()
-	if err := w.giveBack(ctx, held); err != nil {
-		w.q.opts.logger.Warn("delayqueue: cannot give back ready signals; their jobs wait for a look", attrTopic, topic, attrError, err)
-	}
-}
-
-// takeHeldLocked takes the held signals of topic ("": of every topic).
-func (w *waits) takeHeldLocked(topic string) map[sigKey]int {
-	held := map[sigKey]int{}
-	for t, tw := range w.topics {
-		if topic != "" && t != topic {
-			continue
-		}
-		for b, n := range tw.held {
-			if n > 0 {
-				held[sigKey{b, t}] = n
-				tw.held[b] = 0
-			}
-		}
-	}
-	return held
-}
-
-// giveBack puts signals back on their lists, for other consumers.
-func (w *waits) giveBack(ctx context.Context, held map[sigKey]int) error {
-	if len(held) == 0 {
-		return nil
-	}
-	pipe := w.q.client.Pipeline()
-	for k, n := range held {
-		ones := make([]any, n)
-		for i := range ones {
-			ones[i] = "1"
-		}
-		pipe.RPush(ctx, w.q.keys.bucket(k.bucket).signals(k.topic), ones...)
-	}
-	_, err := pipe.Exec(ctx)
-	return redisError(err)
-}
-
-// poke wakes the blocked calls waiting on the poke keys, so that they wait
-// for a topic they do not.
-func (w *waits) poke(keys []string) {
-	if len(keys) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
-	defer cancel()
-	pipe := w.q.client.Pipeline()
-	for _, k := range keys {
-		pipe.RPush(ctx, k, "1")
-		pipe.PExpire(ctx, k, time.Minute) // a process that dies leaves none behind for long
-	}
-	if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
-		w.q.opts.logger.Warn("delayqueue: cannot wake this process's blocked pop; it waits for the topic from its next call", attrError, err)
-	}
 }
 
 // resume marks topic resumed: its consumers look again, and the blocked
@@ -463,155 +352,5 @@ func (w *waits) resumePaused() {
 	w.mu.Unlock()
 	for _, topic := range topics {
 		w.resume(topic)
-	}
-}
-
-// maxTake is the most signals one blocked call takes.
-const maxTake = 64
-
-// wanted returns the keys group g waits on now: the signal lists of the
-// topics that consumers wait for (not paused; a topic with signals held has
-// no waiter, see enlist), and its poke
-// key; nil when it waits for none. It records them as the call under way.
-// n is how many signals the call may take: one per waiting consumer of
-// those topics, so that a burst of jobs made ready together wakes as many
-// consumers of one process with one reply, and their reserve calls go
-// together.
-func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	keys = map[string]sigKey{}
-	for topic, tw := range w.topics {
-		if len(tw.waiters) == 0 || tw.paused {
-			continue
-		}
-		for _, b := range g.buckets {
-			keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
-		}
-		n += len(tw.waiters)
-	}
-	if len(keys) == 0 {
-		return nil, 0
-	}
-	keys[g.poke] = sigKey{bucket: -1}
-	g.keys, g.poked = keys, false
-	return keys, min(max(n, 1), maxTake)
-}
-
-// take waits for signals on names, and returns the list they came from
-// and the signals taken: redis.Nil when none came within blockFor.
-func (w *waits) take(names []string, n int) (string, []string, error) {
-	if !w.oneAtATime.Load() {
-		key, vals, err := w.q.client.BLMPop(w.ctx, blockFor, "left", int64(n), names...).Result()
-		if err == nil || !isUnknownCommand(err) {
-			return key, vals, err
-		}
-		w.oneAtATime.Store(true)
-	}
-	res, err := w.q.client.BLPop(w.ctx, blockFor, names...).Result()
-	if err != nil {
-		return "", nil, err
-	}
-	return res[0], res[1:], nil
-}
-
-// isUnknownCommand reports whether err is a server's refusal of a command
-// it does not have.
-func isUnknownCommand(err error) bool {
-	return err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command")
-}
-
-// block runs group g's blocked calls until the waits close: each waits for
-// the signals of the topics the process's consumers wait for, and hands a
-// signal to one of them.
-func (w *waits) block(g *waitGroup) {
-	failures := 0
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for w.ctx.Err() == nil {
-		keys, n := w.wanted(g)
-		if keys == nil {
-			select {
-			case <-g.changed:
-				continue
-			case <-w.ctx.Done():
-				return
-			}
-		}
-		names := make([]string, 0, len(keys))
-		for k := range keys {
-			names = append(names, k)
-		}
-		key, signals, err := w.take(names, n)
-		w.mu.Lock()
-		g.keys = nil
-		w.mu.Unlock()
-		switch {
-		case err == nil:
-			failures = 0
-			if k, ok := keys[key]; ok && k.bucket >= 0 {
-				w.mu.Lock()
-				for range signals {
-					w.deliverLocked(k.bucket, k.topic)
-				}
-				w.mu.Unlock()
-			}
-		case errors.Is(err, redis.Nil):
-			failures = 0
-			w.expired()
-		case w.ctx.Err() != nil:
-			return
-		default:
-			failures++
-			w.q.noteError(w.ctx, err)
-			if failures == 1 {
-				w.q.opts.logger.Warn("delayqueue: cannot wait for ready jobs; retrying", attrError, err)
-			}
-			timer.Reset(retryBackoff(failures))
-			select {
-			case <-timer.C:
-			case <-w.ctx.Done():
-				return
-			}
-			w.lost(g)
-		}
-	}
-}
-
-// expired is the safety look at the end of a blocked call's wait: each
-// waiting consumer looks again where signals are not known, and a paused
-// topic is read again, should its resume have been missed.
-func (w *waits) expired() {
-	w.mu.Lock()
-	var wake []*waiter
-	for _, tw := range w.topics {
-		for b := range tw.avail {
-			tw.avail[b] = unknown
-		}
-		tw.paused = false // a reserve call says again
-		if len(tw.waiters) > 0 {
-			wake = append(wake, tw.waiters[0])
-			tw.waiters = tw.waiters[1:]
-		}
-	}
-	w.mu.Unlock()
-	for _, wt := range wake {
-		wt.wake <- -1
-	}
-}
-
-// lost handles a blocked call that failed: a signal it took may have been
-// lost with its reply. One waiter of each topic per bucket of the group
-// looks as if it held a signal there, so that no job is left behind.
-func (w *waits) lost(g *waitGroup) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for topic, tw := range w.topics {
-		for _, b := range g.buckets {
-			if len(tw.waiters) == 0 {
-				break
-			}
-			w.deliverLocked(b, topic)
-		}
 	}
 }

@@ -14,13 +14,13 @@ import (
 // that finishes it. One pipeline carries the finish, a reservation of one
 // job of the topic from the same bucket, and the grant's renewal (for the
 // hand-ons of a process at the same time: one finish and one reserve per
-// bucket, one renewal per topic). The
-// reservation waits for nothing, and nothing is counted twice: it is in
-// the finished job's slot (on a Cluster, on its master, after the finish in
-// the same connection), and reserve.lua takes nothing while the finished
-// job is still reserved (the finish did not run first). The grant is
-// never free between the two jobs, and a renewal refused (a Rate added, or
-// limits lowered since) releases the new job before the grant goes back.
+// bucket, one renewal per topic). The reservation waits for nothing, and
+// nothing is counted twice: it is in the finished job's slot (on a Cluster,
+// on its master, after the finish in the same connection), and reserve.lua
+// takes nothing while the finished job is still reserved (the finish did not
+// run first). The grant is never free between the two jobs, and a renewal
+// refused (a Rate added, or limits lowered since) releases the new job
+// before the grant goes back.
 
 // handOnCall is one job whose grant goes on, and what became of it.
 type handOnCall struct {
