@@ -31,7 +31,10 @@ import (
 //
 // Cost: per started process, one script call per interval (0.1/s by
 // default); per queue, the sample: one summary call per bucket (and per
-// 100 topics) and one write call per interval. The jobs themselves cost
+// 100 topics) and one write call per interval, or per 30 intervals while
+// the queue is quiet (no job reserved, finished or buried since the last
+// sample; a push alone shows at the next sample), when an idle started
+// process also calls once per 30 intervals. The jobs themselves cost
 // nothing more in Redis: a finish, a death and a reservation add to a
 // counter in the memory of the process that settles it. Memory: each
 // series is at most 360 points of about 40 bytes (at most 14 KB), for the
@@ -48,6 +51,12 @@ const (
 	// historyTopics bounds the topics one sample covers: those with the
 	// most jobs.
 	historyTopics = 500
+	// historyQuiet is how many intervals a quiet queue goes unsampled
+	// (5 minutes by default):
+	// while no started process reserved, finished or buried a job since
+	// the last sample, reading every bucket's counts each interval would
+	// be most of an idle queue's cost.
+	historyQuiet = 30
 )
 
 // A Sample is the figures of a topic, or of the whole queue, at one
@@ -143,6 +152,9 @@ type doneTally struct {
 	on  atomic.Bool
 	mu  sync.Mutex
 	per map[string]*topicTally
+	// busy is signalled when the tally gets its first count since it was
+	// taken: a sampler that waits out a quiet queue flushes sooner.
+	busy chan struct{}
 }
 
 // topicTally is one topic's counts; late and latest are in ms.
@@ -157,6 +169,10 @@ func (t *doneTally) note(e Event) {
 	defer t.mu.Unlock()
 	if t.per == nil {
 		t.per = map[string]*topicTally{}
+		select {
+		case t.busy <- struct{}{}:
+		default:
+		}
 	}
 	c := t.per[e.Topic]
 	if c == nil {
@@ -213,6 +229,7 @@ func (q *DelayQueue) startHistory(ctx context.Context, wg *sync.WaitGroup) {
 	if q.opts.history <= 0 {
 		return
 	}
+	q.tally.busy = make(chan struct{}, 1)
 	q.tally.on.Store(true)
 	wg.Add(1)
 	go func() {
@@ -229,13 +246,24 @@ func (q *DelayQueue) sampleLoop(ctx context.Context) {
 	timer := time.NewTimer(rand.N(every))
 	defer timer.Stop()
 	failures := 0
+	quiet := false // waiting out a quiet queue
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-q.tally.busy:
+			if !quiet {
+				continue // the flush of this interval comes anyway
+			}
+			// This process did something: its counts go at the next
+			// interval, not after the quiet wait.
+			quiet = false
+			timer.Reset(rand.N(every) + every/10)
+			continue
 		case <-timer.C:
 		}
 		wait, err := q.sampleHistory(ctx)
+		quiet = wait > every+every/10
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -260,7 +288,7 @@ func (q *DelayQueue) sampleHistory(ctx context.Context) (time.Duration, error) {
 	life := every * historyPoints
 	hk := q.keys.history()
 	taken := q.tally.take()
-	args := []any{"flush", every, life}
+	args := []any{"flush", every, life, every * historyQuiet}
 	for topic, c := range taken {
 		args = append(args, topic, c.finished, c.died, c.reservations, c.late, c.latest)
 	}
@@ -270,13 +298,18 @@ func (q *DelayQueue) sampleHistory(ctx context.Context) (time.Duration, error) {
 		q.noteError(ctx, err)
 		return 0, fmt.Errorf("delayqueue: flush the history's tallies: %w", redisError(err))
 	}
-	now, prev, flat, err := readClaim(reply)
+	now, prev, quietUntil, flat, err := readClaim(reply)
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: flush the history's tallies: %w", err)
 	}
 	wait := time.Duration(every-now%every)*time.Millisecond + rand.N(q.opts.history/10+1)
+	if len(taken) == 0 && quietUntil > now {
+		// A quiet queue, and nothing of this process's to add: its next
+		// call is when the quiet queue's sample is due.
+		wait = time.Duration(quietUntil-now)*time.Millisecond + rand.N(q.opts.history/10+1)
+	}
 	if prev < 0 {
-		return wait, nil // another process samples this interval
+		return wait, nil // another process samples this interval, or none does yet
 	}
 	span := every
 	if prev > 0 && prev < now {
@@ -286,8 +319,8 @@ func (q *DelayQueue) sampleHistory(ctx context.Context) (time.Duration, error) {
 }
 
 // readClaim reads the reply of history.lua's flush.
-func readClaim(reply []any) (now, prev int64, flat []any, err error) {
-	ok := len(reply) == 3
+func readClaim(reply []any) (now, prev, quietUntil int64, flat []any, err error) {
+	ok := len(reply) == 4
 	if ok {
 		now, ok = reply[0].(int64)
 	}
@@ -297,10 +330,13 @@ func readClaim(reply []any) (now, prev int64, flat []any, err error) {
 	if ok {
 		flat, ok = reply[2].([]any)
 	}
-	if !ok {
-		return 0, 0, nil, fmt.Errorf("unexpected reply %v", reply)
+	if ok {
+		quietUntil, ok = reply[3].(int64)
 	}
-	return now, prev, flat, nil
+	if !ok {
+		return 0, 0, 0, nil, fmt.Errorf("unexpected reply %v", reply)
+	}
+	return now, prev, quietUntil, flat, nil
 }
 
 // writeSample reads the counts of every topic and appends the sample at

@@ -87,6 +87,45 @@ func TestHistoryOneSamplePerInterval(t *testing.T) {
 	})
 }
 
+// A quiet queue (no job reserved, finished or buried since the last
+// sample) is sampled once per historyQuiet intervals, not every interval:
+// reading every bucket's counts would be most of an idle queue's cost.
+// Activity brings the next interval's sample.
+func TestHistoryOfAQuietQueueIsSampledLessOften(t *testing.T) {
+	m := miniredisBackend(t)
+	ctx := context.Background()
+	q, _ := historyQueues(t, m, time.Second)
+	start := time.UnixMilli(1_000_000_000_000)
+	var wait time.Duration
+	sampleAt := func(i int) []Sample {
+		t.Helper()
+		m.mini.SetTime(start.Add(time.Duration(i) * time.Second))
+		var err error
+		wait, err = q.sampleHistory(ctx)
+		require.NoError(t, err)
+		all, err := q.History(ctx, "")
+		require.NoError(t, err)
+		return all
+	}
+	pushed(t, q, &Job{Topic: "mail", Delay: time.Hour})
+	require.Len(t, sampleAt(0), 1, "the first sample")
+	for i := 1; i < historyQuiet; i++ {
+		require.Len(t, sampleAt(i), 1, "interval %d of a quiet queue: no sample", i)
+		assert.GreaterOrEqual(t, wait, time.Duration(historyQuiet-i)*time.Second,
+			"an idle process calls again when the quiet queue's sample is due")
+	}
+	all := sampleAt(historyQuiet)
+	require.Len(t, all, 2, "a quiet queue is sampled every %d intervals", historyQuiet)
+	assert.Equal(t, historyQuiet*time.Second, all[1].Span)
+	assert.Equal(t, 1, all[1].Delayed)
+
+	finishOne(t, q, "sms")
+	all = sampleAt(historyQuiet + 1)
+	require.Len(t, all, 3, "a finished job: the next interval is sampled")
+	assert.Equal(t, 1, all[2].Finished)
+	assert.Equal(t, time.Second, all[2].Span)
+}
+
 func TestHistoryIsBounded(t *testing.T) {
 	m := miniredisBackend(t)
 	ctx := context.Background()

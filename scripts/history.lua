@@ -6,11 +6,15 @@
 -- interval however many processes call.
 -- KEYS[1] tallies hash  KEYS[2] latest-sample string
 -- ARGV[1] "flush"  ARGV[2] interval ms  ARGV[3] how long the keys live (ms)
--- ARGV[4..] per topic: topic, finished, died, reservations, lateness sum
+-- ARGV[4] how long a quiet queue goes unsampled (ms): while no started
+-- process reserved, finished or buried a job since the last sample, no
+-- interval is claimed until this long after it
+-- ARGV[5..] per topic: topic, finished, died, reservations, lateness sum
 -- ms, lateness max ms
 -- returns {now_ms, the previous sample's ms (0: none) or -1 when the
--- interval's sample is claimed already, {field, value, ...}}: the
--- tallies, taken out of the hash, go to the caller that claims.
+-- interval's sample is claimed already or the queue is quiet, {field,
+-- value, ...}, when a quiet queue's sample is due (ms; 0: not quiet)}:
+-- the tallies, taken out of the hash, go to the caller that claims.
 -- "write": append one point to each series, keeping the last ARGV[2].
 -- KEYS[1..] series lists
 -- ARGV[1] "write"  ARGV[2] points kept  ARGV[3] how long a series lives
@@ -29,7 +33,7 @@ if mode == 'write' then
 end
 
 local tallies, latest, every = KEYS[1], KEYS[2], tonumber(ARGV[2])
-for i = 4, #ARGV, 6 do
+for i = 5, #ARGV, 6 do
   local topic = ARGV[i]
   for j, field in ipairs({'f:', 'k:', 'n:', 's:'}) do
     local n = tonumber(ARGV[i + j])
@@ -42,15 +46,19 @@ for i = 4, #ARGV, 6 do
     redis.call('HSET', tallies, 'm:' .. topic, most)
   end
 end
-if #ARGV >= 4 then
+if #ARGV >= 5 then
   redis.call('PEXPIRE', tallies, life)
 end
 local now_ms = math.floor(now_us() / 1000)
 local prev = tonumber(redis.call('GET', latest) or '0')
+local quiet = tonumber(ARGV[4])
+if prev > 0 and now_ms - prev < quiet and redis.call('EXISTS', tallies) == 0 then
+  return {now_ms, -1, {}, prev + quiet} -- quiet: the counts can wait
+end
 if prev >= now_ms - now_ms % every then
-  return {now_ms, -1, {}}
+  return {now_ms, -1, {}, 0}
 end
 redis.call('SET', latest, now_ms, 'PX', life)
 local taken = redis.call('HGETALL', tallies)
 redis.call('DEL', tallies)
-return {now_ms, prev, taken}
+return {now_ms, prev, taken, 0}
