@@ -329,13 +329,16 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 	}
 }
 
-// stop is the shutdown of Close. The notifier is closed whatever happens
-// to the rest: its goroutines end with Close.
+// stop is the shutdown of Close. The blocked calls end first: each holds
+// a connection of the client's pool, which the bucket handlers' last calls
+// may need. The notifier is closed whatever happens to the rest: its
+// goroutines end with Close.
 func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler, notes *notifier, waits *waits) error {
-	err := q.stopHandlers(ctx, cancel, stopped, handlers)
+	var err error
 	if waits != nil {
-		err = errors.Join(err, waits.close(ctx))
+		err = waits.close(ctx)
 	}
+	err = errors.Join(err, q.stopHandlers(ctx, cancel, stopped, handlers))
 	if notes != nil {
 		// Closing it is local: a short bound of its own, should the
 		// bucket handlers have used up ctx.

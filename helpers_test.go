@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -81,7 +82,11 @@ func closeQueue(t testing.TB, q *DelayQueue) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, q.Close(ctx))
+	err := q.Close(ctx)
+	if err != nil {
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+	}
+	require.NoError(t, err)
 }
 
 func startQueue(t testing.TB, q *DelayQueue) {

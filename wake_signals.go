@@ -105,16 +105,18 @@ func newWaits(q *DelayQueue) *waits {
 
 // close ends the blocked calls and gives back the signals held.
 func (w *waits) close(ctx context.Context) error {
+	// Cancelled under the lock: a group between calls sends no new one
+	// (wanted), and a call under way is poked.
 	w.mu.Lock()
+	w.cancel()
 	var poke []string
 	for _, g := range w.groups {
 		if g.keys != nil {
-			poke = append(poke, g.poke) // a blocked call does not end with its context
+			poke = append(poke, g.poke)
 		}
 	}
 	w.mu.Unlock()
 	w.poke(poke)
-	w.cancel()
 	done := make(chan struct{})
 	go func() {
 		w.wg.Wait()

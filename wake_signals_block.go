@@ -39,12 +39,13 @@ func (g *waitGroup) waitsFor(topic string) bool {
 }
 
 // poke wakes the blocked calls waiting on the poke keys, so that they wait
-// for a topic they do not.
+// for a topic they do not, or end once the waits are closed (a blocked call
+// does not end with its context).
 func (w *waits) poke(keys []string) {
 	if len(keys) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
 	defer cancel()
 	pipe := w.q.client.Pipeline()
 	for _, k := range keys {
@@ -69,6 +70,9 @@ const maxTake = 64
 func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return nil, 0 // closed: no new blocked call, which nothing would poke
+	}
 	keys = map[string]sigKey{}
 	for topic, tw := range w.topics {
 		if len(tw.waiters) == 0 || tw.paused {
