@@ -42,7 +42,7 @@ func TestBrowser(t *testing.T) {
 	name := fmt.Sprintf("browser-%d", nameSeq.Add(1))
 	q := newQueue(t, c, delayqueue.WithName(name))
 	ids := seed(t, q)
-	startedTwin(t, c, name) // keeps the history the charts show
+	twin := startedTwin(t, c, name) // keeps the history the charts show
 	odd := []string{".", "..", "a/b"}
 	for _, name := range odd {
 		_, err := q.Push(context.Background(), &delayqueue.Job{ID: name, Topic: name, Body: []byte("odd"), Delay: time.Hour})
@@ -148,6 +148,7 @@ func TestBrowser(t *testing.T) {
 	// Pause mail from the overview, which then reads the queue anew: its
 	// charts show once the started twin has taken two samples.
 	require.Eventually(t, func() bool {
+		finishOne(t, twin, "work") // a queue at work is sampled every interval
 		samples, err := q.History(context.Background(), "")
 		return err == nil && len(samples) >= 2
 	}, 15*time.Second, 50*time.Millisecond)
