@@ -145,7 +145,8 @@
 //     every script keeps (Overview, Counts); list.go lists a topic's jobs
 //     by state, a bounded step at a time (List), list_cursor.go encodes
 //     where a listing goes on; pause.go pauses a topic; history.go keeps
-//     the last hour's figures in Redis from started processes (History).
+//     the last hour's figures in Redis from started processes (History),
+//     history_tally.go what each of them counts in memory meanwhile.
 //   - limits*.go: a topic's limits (SetLimits); limits_grants.go takes and
 //     gives back the grants, limits_handon.go hands a finished job's grant
 //     on to the next job.
