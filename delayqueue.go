@@ -58,6 +58,10 @@ type DelayQueue struct {
 	stopped  chan struct{} // closed when every bucket handler has returned
 	notes    *notifier
 	waits    *waits // consumers waiting for ready jobs (wake_signals.go)
+	// blocking is the client of the blocked calls (blocking.go); ownBlocking:
+	// made by the queue, and closed by it.
+	blocking    redis.UniversalClient
+	ownBlocking bool
 
 	restoreMu sync.Mutex // restoreRecord, one at a time
 
@@ -329,9 +333,9 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 	}
 }
 
-// stop is the shutdown of Close. The blocked calls end first: each holds
-// a connection of the client's pool, which the bucket handlers' last calls
-// may need. The notifier is closed whatever happens to the rest: its
+// stop is the shutdown of Close. The blocked calls end first (they are
+// poked, which ends them without losing a signal they took), then the
+// bucket handlers, and the blocked calls' client is closed. The notifier is closed whatever happens to the rest: its
 // goroutines end with Close.
 func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler, notes *notifier, waits *waits) error {
 	var err error
@@ -346,7 +350,7 @@ func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stoppe
 		defer stop()
 		err = errors.Join(err, notes.close(nctx))
 	}
-	return err
+	return errors.Join(err, q.closeBlocker())
 }
 
 // stopHandlers ends the bucket handlers and releases their leases.

@@ -229,12 +229,20 @@ func (q *DelayQueue) awaitCapacity(ctx context.Context, topic string, wait time.
 		blocked = make(chan blpopResult, 1)
 		go func() {
 			secs := math.Ceil(d.Seconds()) + 1
-			res, err := q.client.BLPop(context.WithoutCancel(ctx), time.Duration(secs)*time.Second, free, lw.poke).Result()
+			client, err := q.blocker()
+			if err != nil {
+				blocked <- blpopResult{nil, err}
+				return
+			}
+			res, err := client.BLPop(context.WithoutCancel(ctx), time.Duration(secs)*time.Second, free, lw.poke).Result()
 			blocked <- blpopResult{res, err}
 		}()
 	}
 	select {
 	case r := <-blocked:
+		if q.closed.Load() {
+			return "", ErrClosed
+		}
 		if r.err != nil && !errors.Is(r.err, redis.Nil) {
 			q.noteError(ctx, r.err)
 			return "", fmt.Errorf("delayqueue: wait for capacity of %q: %w", topic, redisError(r.err))

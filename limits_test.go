@@ -192,15 +192,8 @@ func consumersNeverExceed(t *testing.T, client redis.UniversalClient) {
 	name := uniqueName(t)
 	const conc, jobs = 3, 60
 	var qs []*DelayQueue
-	for i := range 3 {
-		c := client
-		if cc, ok := client.(*redis.ClusterClient); ok && i > 0 {
-			// A client each, as processes have: on a Cluster each
-			// instance holds a blocked call per bucket, and three on one
-			// client's pool crowd out their own last calls at Close.
-			c = anotherClient(t, cc)
-		}
-		q := newQueue(t, c, WithName(name))
+	for range 3 {
+		q := newQueue(t, client, WithName(name))
 		startQueue(t, q)
 		qs = append(qs, q)
 	}

@@ -94,14 +94,18 @@ func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 // take waits for signals on names, and returns the list they came from
 // and the signals taken: redis.Nil when none came within blockFor.
 func (w *waits) take(names []string, n int) (string, []string, error) {
+	client, err := w.q.blocker()
+	if err != nil {
+		return "", nil, err
+	}
 	if !w.oneAtATime.Load() {
-		key, vals, err := w.q.client.BLMPop(w.ctx, blockFor, "left", int64(n), names...).Result()
+		key, vals, err := client.BLMPop(w.ctx, blockFor, "left", int64(n), names...).Result()
 		if err == nil || !isUnknownCommand(err) {
 			return key, vals, err
 		}
 		w.oneAtATime.Store(true)
 	}
-	res, err := w.q.client.BLPop(w.ctx, blockFor, names...).Result()
+	res, err := client.BLPop(w.ctx, blockFor, names...).Result()
 	if err != nil {
 		return "", nil, err
 	}

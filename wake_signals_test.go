@@ -212,6 +212,75 @@ func TestWaitingForManyTopicsTakesAHandfulOfConnections(t *testing.T) {
 
 // anotherClient returns a new client of the Redis that c talks to, closed
 // when the test ends.
+// Blocked calls hold a connection for up to blockFor each, on a pool of
+// their own: started instances sharing a client whose pool has fewer
+// connections than they have blocked calls still push, pop, finish and
+// close. On the client's own pool the blocked calls would take every
+// connection, and every other call would wait out the pool's timeout.
+func TestBlockedCallsLeaveTheClientsPoolToTheScripts(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		small := smallPoolClient(t, be.client, 2)
+		name := uniqueName(t)
+		qs := make([]*DelayQueue, 4)
+		for i := range qs {
+			qs[i] = newQueue(t, small, WithName(name))
+			startQueue(t, qs[i])
+		}
+		type popped struct {
+			q   *DelayQueue
+			job *Job
+		}
+		got := make(chan popped, len(qs))
+		for _, q := range qs {
+			go func() {
+				if job, err := q.Pop(ctx, "t", time.Minute); err == nil {
+					got <- popped{q, job}
+				}
+			}()
+		}
+		require.Eventually(t, func() bool {
+			for _, q := range qs {
+				if !blockedFor(q, "t") {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, time.Millisecond, "every instance waits")
+		for range qs {
+			pushed(t, qs[0], &Job{Topic: "t"})
+		}
+		for range qs {
+			select {
+			case p := <-got:
+				require.NoError(t, p.q.Finish(ctx, p.job.ID))
+			case <-time.After(30 * time.Second):
+				t.Fatal("a pushed job was never popped")
+			}
+		}
+		for _, q := range qs {
+			require.NoError(t, q.Close(ctx))
+		}
+	})
+}
+
+// smallPoolClient is a client to c's server or Cluster with size
+// connections (per node), which waits a short while for one.
+func smallPoolClient(t *testing.T, c redis.UniversalClient, size int) redis.UniversalClient {
+	var small redis.UniversalClient
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		small = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Options().Addrs, PoolSize: size, PoolTimeout: time.Second})
+	case *redis.Client:
+		small = redis.NewClient(&redis.Options{Addr: c.Options().Addr, PoolSize: size, PoolTimeout: time.Second})
+	default:
+		t.Fatalf("a client of type %T", c)
+	}
+	t.Cleanup(func() { _ = small.Close() })
+	return small
+}
+
 func anotherClient(t *testing.T, c redis.UniversalClient) redis.UniversalClient {
 	var other redis.UniversalClient
 	switch c := c.(type) {
