@@ -61,9 +61,10 @@ local RESERVE_PAUSED = 3 -- the topic is paused
 local RESERVE_NO_SIGNAL = -1
 
 -- trimmed records n entries trimmed from the head of topic's ready list,
--- which holds left entries now; an empty list's count starts over.
+-- which still holds entries when left is true; an empty list's count
+-- starts over.
 local function trimmed(counts, topic, n, left)
-  if left == 0 then
+  if not left then
     redis.call('HDEL', counts, '0:' .. topic)
   elseif n > 0 then
     redis.call('HINCRBY', counts, '0:' .. topic, n)
@@ -136,15 +137,19 @@ end
 -- The IDs are read first and trimmed off the list last, after the jobs are
 -- written: a script that fails half-way leaves the list as it was. An
 -- entry stands for its job only at the job's place (lib/places.lua).
+-- Each read takes one entry more than it needs: whether the list holds
+-- more than the call takes (beyond) comes with it, not from an LLEN.
 local found, jobs = {}, {} -- jobs: encoded
-local status, stale, taken = RESERVE_FILLED, 0, 0
+local status, stale, taken, beyond = RESERVE_FILLED, 0, 0, false
 while #found < want do
   local more = want - #found
-  local ids = redis.call('LRANGE', ready, taken, taken + more - 1)
-  if #ids > 0 then
-    local vs = redis.call('HMGET', pool, unpack(ids))
-    for i, id in ipairs(ids) do
-      local v = vs[i]
+  local ids = redis.call('LRANGE', ready, taken, taken + more)
+  local n = math.min(#ids, more)
+  beyond = #ids > more
+  if n > 0 then
+    local vs = redis.call('HMGET', pool, unpack(ids, 1, n))
+    for i = 1, n do
+      local id, v = ids[i], vs[i]
       if at_place(v, topic, head + taken + i - 1) then
         found[#found + 1], jobs[#jobs + 1] = id, v
       else
@@ -152,8 +157,8 @@ while #found < want do
       end
     end
   end
-  taken = taken + #ids
-  if #ids < more then
+  taken = taken + n
+  if not beyond then
     break
   end
   if stale >= skips and #found < want then
@@ -172,7 +177,7 @@ if #found == 0 then
   end
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
-    trimmed(KEYS[6], topic, taken, redis.call('LLEN', ready))
+    trimmed(KEYS[6], topic, taken, beyond)
   end
   return {status, left}
 end
@@ -206,16 +211,15 @@ if claimed > 0 then
   left = left - claimed
 end
 redis.call('LTRIM', ready, taken, -1)
-local remaining = redis.call('LLEN', ready)
-trimmed(KEYS[6], topic, taken, remaining)
-if left == 0 and remaining > 0 and head_waited(head + taken) then
+trimmed(KEYS[6], topic, taken, beyond)
+if left == 0 and beyond and head_waited(head + taken) then
   -- A job left behind without a signal: one for it, so that a waiting
   -- consumer comes for it.
   signal_list(signals, 1)
   left = 1
 end
 out[2] = left
-if left == 0 and remaining > 0 then
+if left == 0 and beyond then
   out[2] = RESERVE_NO_SIGNAL -- no signal left for the jobs the list still holds
 end
 tally(KEYS[6], READY, topic, -#found)
