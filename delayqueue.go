@@ -40,13 +40,12 @@ type DelayQueue struct {
 	tally      doneTally  // what this process did, for the history (history.go)
 
 	// Reserve calls: their names, how long their records live, and the
-	// records to delete (see reserve.lua).
+	// records' slots (see reserve.lua).
 	reserveCalls atomic.Uint64
 	callPrefix   string
 	recordLife   time.Duration
+	records      recordSlots
 	readTimeout  time.Duration // the client's wait for a reply; 0 or less: none
-	forgetMu     sync.Mutex
-	forgets      map[int][]string // by bucket
 
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
@@ -335,14 +334,15 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 
 // stop is the shutdown of Close. The blocked calls end first (they are
 // poked, which ends them without losing a signal they took), then the
-// bucket handlers, and the blocked calls' client is closed. The notifier is closed whatever happens to the rest: its
+// bucket handlers; the records of reserve calls are deleted, and the
+// blocked calls' client is closed. The notifier is closed whatever happens to the rest: its
 // goroutines end with Close.
 func (q *DelayQueue) stop(ctx context.Context, cancel context.CancelFunc, stopped chan struct{}, handlers []*bucketHandler, notes *notifier, waits *waits) error {
 	var err error
 	if waits != nil {
 		err = waits.close(ctx)
 	}
-	err = errors.Join(err, q.stopHandlers(ctx, cancel, stopped, handlers))
+	err = errors.Join(err, q.stopHandlers(ctx, cancel, stopped, handlers), q.dropRecords(ctx))
 	if notes != nil {
 		// Closing it is local: a short bound of its own, should the
 		// bucket handlers have used up ctx.

@@ -78,7 +78,7 @@
 //	dq:{name:b}:lock           STRING  the lease: the token of the bucket handler that moves it
 //	dq:{name:b}:deadtopics     SET     topics with dead letters
 //	dq:{name:b}:leases         STRING  counter numbering the bucket's reservations
-//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
+//	dq:{name:b}:rsv:<slot>     STRING  what a reserve call reserved, until the process's next call there writes over it
 //	dq:{name:b}:dedup          ZSET    tombstones: IDs of finished or removed jobs, by end of window
 //	dq:{name:b}:counts         HASH    how many jobs of each topic are delayed, ready, reserved
 //	dq:{name:b}:schedules      HASH    schedule name -> definition (the schedules whose name falls in b)

@@ -25,7 +25,7 @@ import (
 //	dq:{name:b}:lock           STRING  the bucket handler's lease token
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
-//	dq:{name:b}:rsv:<call>     STRING  what one reserve call reserved, until a settling call drops it
+//	dq:{name:b}:rsv:<slot>     STRING  what a reserve call reserved, until the process's next call there writes over it
 //	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
 //	dq:{name:b}:counts         HASH  "<state>:<topic>" -> how many of the bucket's jobs of topic are delayed (1), ready (2) or reserved (3)
 //	dq:{name:b}:sig:<topic>    LIST  one ready signal per ready job not yet claimed, which waiting consumers pop (BLPOP)

@@ -78,8 +78,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		for _, r := range l.Reqs {
 			args = append(args, r.In.job.ID, r.In.job.reservation)
 		}
-		fins = append(fins, &scriptCall{script: scriptFinish, keys: q.keys.bucket(l.Key.b).finishKeys(), args: args,
-			settles: true, bucket: l.Key.b})
+		fins = append(fins, &scriptCall{script: scriptFinish, keys: q.keys.bucket(l.Key.b).finishKeys(), args: args})
 		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, true, args...))
 	}
 	for _, t := range topics {
@@ -91,6 +90,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 	}
 	q.sendCalls(ctx, slices.Concat(fins, ress, renews))
 	q.resendUnanswered(ctx, ress, resendWindow)
+	q.answered(ress)
 
 	renewed := map[*handOnCall]func(*grant) error{}
 	for i, t := range topics {

@@ -82,6 +82,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	// would receive before their TTR: it is sent again, and its second
 	// run answers from its record.
 	q.resendUnanswered(ctx, calls, resendWindow)
+	q.answered(calls)
 	for i, g := range groups {
 		jobs, status, left, err := q.reserved(ctx, g.Key.b, g.Key.topic, calls[i])
 		for _, r := range g.Reqs {
@@ -95,13 +96,15 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 // reserveCall is reserve.lua's call for up to n jobs of topic from bucket
 // b, with held signals; after, when given, is pairs of a job ID and a
 // reservation under which that job must no longer be reserved.
+// Its record slot is handed back by answered, once the call is answered.
 func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, after ...any) *scriptCall {
 	bk := q.keys.bucket(b)
+	slot := q.records.take()
 	return &scriptCall{script: scriptReserve,
-		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations, bk.record(q.callName()), bk.counts,
-			bk.signals(topic), bk.paused},
-		args:    append([]any{bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy}, after...),
-		settles: true, bucket: b}
+		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
+			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused},
+		args:   append([]any{bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy, q.callName()}, after...),
+		record: slot, recorded: true}
 }
 
 // reserved reads the reply of reserve call c (reserveCall) of bucket b.
@@ -109,11 +112,6 @@ func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scrip
 	jobs, status, left, err := reserveResult(c.cmd)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
-	}
-	if len(jobs) > 0 {
-		// The reply is in: go-redis sends the call no more, and its
-		// record can go.
-		q.forget(b, c.keys[4])
 	}
 	for _, job := range jobs {
 		job.queue = q.ident

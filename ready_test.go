@@ -280,11 +280,12 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		bk := q.keys.bucket(0)
 		// One reserve call as go-redis sends it, and sends it again when
 		// the reply is lost.
-		call := func() *redis.Cmd {
+		callAs := func(name string) *redis.Cmd {
 			return scriptReserve.on(q.plain).Run(ctx, be.client,
-				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("call-1"), bk.counts, bk.signals("t"), bk.paused},
-				bk.wake, q.pub, staleSkips, "t", 2, 60_000, 0, true)
+				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("slot-1"), bk.counts, bk.signals("t"), bk.paused},
+				bk.wake, q.pub, staleSkips, "t", 2, 60_000, 0, true, name)
 		}
+		call := func() *redis.Cmd { return callAs("call-1") }
 		first, _, _, err := reserveResult(call())
 		require.NoError(t, err)
 		again, _, _, err := reserveResult(call())
@@ -311,9 +312,50 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		late, _, _, err := reserveResult(call())
 		require.NoError(t, err)
 		assert.Equal(t, first[1:], late)
-		ttl, err := be.client.PTTL(ctx, bk.record("call-1")).Result()
+		ttl, err := be.client.PTTL(ctx, bk.record("slot-1")).Result()
 		require.NoError(t, err)
 		assert.Greater(t, ttl, time.Duration(0), "a record expires on its own")
+
+		// The caller's next call with the same record key (this one was
+		// answered) is no second run: it reserves what is left, and its
+		// record takes the place of this one's.
+		next, _, _, err := reserveResult(callAs("call-2"))
+		require.NoError(t, err)
+		require.Len(t, next, 1)
+		assert.Equal(t, ids[2], next[0].ID)
+		again, _, _, err = reserveResult(callAs("call-2"))
+		require.NoError(t, err)
+		require.Len(t, again, 1, "a second run of the next call answers from its record")
+		assert.Equal(t, ids[2], again[0].ID)
+	})
+}
+
+// A process's reserve calls write over the records of those answered
+// before them: however many jobs it pops, it keeps about as many records
+// as it has reserve calls under way at once.
+func TestReserveCallsWriteOverTheirRecords(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		const jobs = 50
+		for range jobs {
+			pushed(t, q, &Job{Topic: "t"})
+		}
+		for range jobs {
+			job, err := q.Pop(ctx, "t", time.Second)
+			require.NoError(t, err)
+			require.NoError(t, q.Finish(ctx, job.ID))
+		}
+		bk := q.keys.bucket(0)
+		node := redis.Cmdable(be.client)
+		if cc, ok := be.client.(*redis.ClusterClient); ok {
+			master, err := cc.MasterForKey(ctx, bk.pool)
+			require.NoError(t, err)
+			node = master
+		}
+		records, err := node.Keys(ctx, bk.record("*")).Result()
+		require.NoError(t, err)
+		assert.Len(t, records, 1, "one pop at a time: one record, written over %d times", jobs)
 	})
 }
 
@@ -348,11 +390,13 @@ func TestALostReserveReplySpendsNoAttempt(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, st.Dead, "no job went to the dead letters")
 		assert.Zero(t, st.Jobs, "both were finished")
+		var records []string
 		for _, k := range keysOf(t, c) {
-			if strings.Contains(k, "{"+q.opts.name+":") {
-				assert.NotContains(t, k, ":rsv:", "the records of answered reserve calls are deleted")
+			if strings.Contains(k, "{"+q.opts.name+":") && strings.Contains(k, ":rsv:") {
+				records = append(records, k)
 			}
 		}
+		assert.Len(t, records, 1, "the second pop's record is written over the first's, answered after all")
 	})
 }
 

@@ -3,7 +3,8 @@ package delayqueue
 import (
 	"context"
 	"errors"
-	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/batch"
@@ -16,18 +17,18 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd // the reply, once sent
-	// settles is set for a script of the settling kind (reserve, finish,
-	// retry, release, touch), which deletes the answered reserve records of
-	// its bucket given as keys after its own; bucket is then its bucket.
-	settles bool
-	bucket  int
+	bucket int        // its bucket, where a caller needs it
+	// record is the record slot of a reserve call (recordSlots), when
+	// recorded is set.
+	record   int
+	recorded bool
 }
 
 // run runs a script by SHA over keys of bucket b. Concurrent calls share
 // round trips: while one is in flight, the calls that follow wait and then
 // go together in one pipeline (see callLanes).
 func (q *DelayQueue) run(ctx context.Context, b int, s *luaScript, keys []string, args ...any) *redis.Cmd {
-	c := &scriptCall{script: s, keys: keys, args: args, bucket: b, settles: s == scriptRetry || s == scriptRelease}
+	c := &scriptCall{script: s, keys: keys, args: args, bucket: b}
 	if err := q.calls.For(b).Do(ctx, c); c.cmd == nil {
 		// ctx ended while the call waited its turn: it was never sent.
 		c.cmd = redis.NewCmd(ctx)
@@ -50,12 +51,7 @@ func (q *DelayQueue) flushCalls(ctx context.Context, reqs []*batch.Request[*scri
 }
 
 // sendCalls sends script calls, in one pipeline when there are several (one
-// round trip per node), and sets each call's reply. A settling call takes
-// its bucket's answered reserve records along as keys: no command of its
-// own, and no extra command for a slot in a pipeline (go-redis's Cluster
-// pipeline maps a command twice, and runs it on two connections at once,
-// when another command of its batch to a moving slot is refused with
-// TRYAGAIN).
+// round trip per node), and sets each call's reply.
 func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 	if q.readTimeout > 0 {
 		// Still waiting as long as the client waits for a reply: some
@@ -66,7 +62,6 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 		slow := time.AfterFunc(q.readTimeout, q.probeSubscriptions)
 		defer slow.Stop()
 	}
-	q.attachRecords(calls)
 	if len(calls) == 1 {
 		c := calls[0]
 		c.cmd = c.script.on(q.plain).Run(ctx, q.client, c.keys, c.args...)
@@ -191,28 +186,69 @@ func byBucketSized[T any](items []T, bucket func(T) int, limit int, size func(T)
 	return chunks
 }
 
-// forget has the record of a reserve call in bucket b deleted by the next
-// settling call on that bucket (in the normal course, the one that settles
-// a job the call reserved); the record expires in any case.
-func (q *DelayQueue) forget(b int, record string) {
-	q.forgetMu.Lock()
-	defer q.forgetMu.Unlock()
-	if q.forgets == nil {
-		q.forgets = map[int][]string{}
-	}
-	q.forgets[b] = append(q.forgets[b], record)
+// recordSlots hands out the record keys of reserve calls (reserve.lua's
+// KEYS[5], per bucket): a slot is handed out again once the call that had
+// it was answered, and that call's record is then written over by the next
+// one (no command spent deleting it). So a process keeps no more records
+// than it has reserve calls under way, each until it expires or is written
+// over. The slot of a call left unanswered (it may still run, late) is
+// never handed out again.
+type recordSlots struct {
+	mu   sync.Mutex
+	free []int
+	next int
 }
 
-// attachRecords gives each settling call its bucket's records, once.
-func (q *DelayQueue) attachRecords(calls []*scriptCall) {
-	q.forgetMu.Lock()
-	defer q.forgetMu.Unlock()
-	for _, c := range calls {
-		if !c.settles || len(q.forgets[c.bucket]) == 0 {
-			continue
+// take hands out a free slot.
+func (s *recordSlots) take() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.free); n > 0 {
+		k := s.free[n-1]
+		s.free = s.free[:n-1]
+		return k
+	}
+	s.next++
+	return s.next - 1
+}
+
+// recordKey is the key of record slot k in bucket bk.
+func (q *DelayQueue) recordKey(bk bucketKeys, k int) string {
+	return bk.record(q.callPrefix + strconv.Itoa(k))
+}
+
+// dropRecords deletes, at Close, the records of this instance's reserve
+// calls in every bucket, which would otherwise stay until they expire.
+func (q *DelayQueue) dropRecords(ctx context.Context) error {
+	q.records.mu.Lock()
+	n := q.records.next
+	q.records.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	pipe := q.client.Pipeline()
+	for b := range q.opts.buckets {
+		bk := q.keys.bucket(b)
+		keys := make([]string, n)
+		for k := range keys {
+			keys[k] = q.recordKey(bk, k)
 		}
-		c.keys = append(slices.Clip(c.keys), q.forgets[c.bucket]...)
-		delete(q.forgets, c.bucket)
+		pipe.Del(ctx, keys...)
+	}
+	_, err := pipe.Exec(ctx)
+	return redisError(err)
+}
+
+// answered hands the slots of the reserve calls among calls that were
+// answered back.
+func (q *DelayQueue) answered(calls []*scriptCall) {
+	q.records.mu.Lock()
+	defer q.records.mu.Unlock()
+	for _, c := range calls {
+		if c.recorded && !unanswered(c.cmd.Err()) {
+			q.records.free = append(q.records.free, c.record)
+			c.recorded = false
+		}
 	}
 }
 

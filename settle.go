@@ -95,7 +95,7 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*f
 		for _, r := range g.Reqs {
 			args = append(args, r.In.id, r.In.reservation)
 		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: bk.finishKeys(), args: args, settles: true, bucket: g.Key}
+		calls[i] = &scriptCall{script: scriptFinish, keys: bk.finishKeys(), args: args}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {

@@ -52,8 +52,7 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 		for _, i := range chunk {
 			args = append(args, jobs[i].ID, jobs[i].reservation)
 		}
-		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args,
-			settles: true, bucket: bucket(chunk[0])}
+		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args}
 	}
 	q.sendCalls(ctx, calls)
 	errs := make([]error, len(jobs))

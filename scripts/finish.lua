@@ -1,8 +1,7 @@
 #!lua flags=allow-oom
---#include codec tallies window bury clock records
+--#include codec tallies window bury clock
 -- finish.lua: delete reserved jobs: their work is done.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] dedup zset  KEYS[4] counts hash
--- KEYS[5..] records of answered reserve calls, to delete
 -- ARGV two values per job: job id, and the reservation the caller holds or "" for
 -- any reservation
 -- returns one integer per job: 1 finished, 0 no such job, -1 the job is not
@@ -51,5 +50,4 @@ if #done > 0 then
   redis.call('ZREM', bucket, unpack(done))
   tally_each(KEYS[4], RESERVED, finished, -1)
 end
-forget_records(5)
 return out

@@ -1,18 +1,18 @@
 #!lua flags=allow-oom
---#include codec header counts places entries clock wake signals records
+--#include codec header counts places entries clock wake signals
 -- reserve.lua: pop ready jobs of a topic from one bucket and reserve them,
 -- no more than the ready signals the caller holds or claims (lib/signals.lua).
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
--- KEYS[5] this call's record (a key of the caller's choosing, new for every
--- call)  KEYS[6] counts hash  KEYS[7] the topic's ready signals
--- KEYS[8] paused topics of the bucket  KEYS[9..] records of answered
--- reserve calls, to delete
+-- KEYS[5] the record of this call (a key of the caller's, which no other
+-- call of the caller's uses while this one may still run)  KEYS[6] counts
+-- hash  KEYS[7] the topic's ready signals  KEYS[8] paused topics of the bucket
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
 -- ARGV[6] how long the record lives, ms  ARGV[7] how many signals the
 -- caller holds (taken off the signals by a blocked pop)  ARGV[8] "1" to
 -- take as many jobs as asked whatever the signals (a consumer that will
--- not wait), claiming those it can  ARGV[9..] (optional) pairs of a job
+-- not wait), claiming those it can  ARGV[9] the call's name, new for
+-- every call and the same when it is sent again  ARGV[10..] (optional) pairs of a job
 -- ID and a reservation: reserve nothing while one of those jobs is
 -- reserved under its reservation (jobs whose grants the call's jobs take
 -- over, finished in the same pipeline just before: if a finish did not run
@@ -39,18 +39,18 @@
 -- The reservation lasts the job's TTR: the job waits in the bucket, scored by
 -- its reservation deadline, and is moved back to ready if not finished by then.
 -- Running it twice returns the same jobs: a call that reserves jobs records
--- what it reserved under KEYS[5] before it changes anything, and a second
--- run of the call (go-redis re-sends it when the reply was lost) answers
--- from the record, so a reservation whose reply never arrived does not
--- spend an attempt of a job nobody received. The caller has the record
--- deleted once it has the reply (by a later reserve or finish call); it
--- expires in any case.
+-- what it reserved, under its name, in KEYS[5] before it changes anything,
+-- and a second run of the call (go-redis re-sends it when the reply was
+-- lost) answers from the record, so a reservation whose reply never
+-- arrived does not spend an attempt of a job nobody received. The caller's
+-- next call with the same key writes over the record (no command spent
+-- deleting it); it expires in any case.
 
 local ready, pool, bucket, reservations, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local signals, paused = KEYS[7], KEYS[8]
 local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local held = tonumber(ARGV[7])
-forget_records(9)
+local name = ARGV[9]
 
 -- The call's status, first in its reply (ready.go reads it).
 local RESERVE_RAN_OUT = 0 -- the list, or the signals, ran out
@@ -71,7 +71,7 @@ local function trimmed(counts, topic, n, left)
   end
 end
 
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local v = redis.call('HGET', pool, ARGV[i])
   if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
     return {RESERVE_RAN_OUT, redis.call('LLEN', signals)}
@@ -86,19 +86,25 @@ local stranded = 1000
 local asked = math.min(tonumber(ARGV[5]), 1000)
 local keep = tonumber(ARGV[6])
 
--- replay answers a second run from the record ("status\nlease\nid\nid..."):
--- the jobs the first run reserved, those still reserved under its reservations.
+-- ours reports whether rec, a record read from KEYS[5], is this call's.
+local function ours(rec)
+  return rec and sub(rec, 1, #name + 1) == name .. '\n'
+end
+
+-- replay answers a second run from the record
+-- ("name\nstatus\nreservation\nid\nid..."): the jobs the first run
+-- reserved, those still reserved under its reservations.
 local function replay(rec)
   local fields = {}
   for f in string.gmatch(rec, '[^\n]+') do
     fields[#fields + 1] = f
   end
-  local status, base = tonumber(fields[1]), tonumber(fields[2])
+  local status, base = tonumber(fields[2]), tonumber(fields[3])
   local out = {status, redis.call('LLEN', signals)}
-  for i = 3, #fields do
+  for i = 4, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
-    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 2 then
+    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 3 then
       out[#out + 1] = id
       out[#out + 1] = v
       out[#out + 1] = 0
@@ -172,7 +178,7 @@ end
 if #found == 0 then
   -- An empty list may be the work of this call's first run.
   local rec = redis.call('GET', record)
-  if rec then
+  if ours(rec) then
     return replay(rec)
   end
   if taken > 0 then
@@ -183,9 +189,13 @@ if #found == 0 then
 end
 
 local reservation = redis.call('INCRBY', reservations, #found) - #found
-local rec = status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
-if not redis.call('SET', record, rec, 'NX', 'PX', keep) then
-  return replay(redis.call('GET', record)) -- the reservations just taken go unused
+local rec = name .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
+local before = redis.call('SET', record, rec, 'PX', keep, 'GET')
+if ours(before) then
+  -- This call ran before: its record goes back, and the reservations
+  -- just taken go unused.
+  redis.call('SET', record, before, 'PX', keep)
+  return replay(before)
 end
 
 local out, fields, scores, first = {status, 0}, {}, {}, nil

@@ -1,13 +1,12 @@
 #!lua flags=allow-oom
---#include held ready delay kill due counts clock records
+--#include held ready delay kill due counts clock
 -- retry.lua: a consumer failed a reserved job: deliver it again after a
 -- delay, or move it to the dead letters when its attempts ran out. Or, as
 -- the handler asked: to the dead letters now ("dead"), or back after the
 -- delay without counting the attempt ("snooze").
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] dead topics set  KEYS[6] counts hash
--- KEYS[7] ready-signal key prefix  KEYS[8..] records of answered reserve
--- calls, to delete
+-- KEYS[7] ready-signal key prefix
 -- ARGV[1] job id  ARGV[2] reservation  ARGV[3] delay ms  ARGV[4] error text
 -- ARGV[5] wake channel  ARGV[6] publish command
 -- ARGV[7] mode: "retry", "dead" or "snooze" (the error text is then kept)
@@ -17,7 +16,6 @@
 
 local pool, bucket, ready_prefix, dead_prefix, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, reservation, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-forget_records(8)
 local wake, pub = ARGV[5], ARGV[6]
 
 local mode = ARGV[7]

@@ -1,9 +1,8 @@
 #!lua flags=allow-oom
---#include decode clock records
+--#include decode clock
 -- touch.lua: extend the reservations of reserved jobs for long work: each
 -- runs its job's TTR from now.
--- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3..] records of answered
--- reserve calls, to delete
+-- KEYS[1] pool hash  KEYS[2] bucket zset
 -- ARGV two values per job: job id, and the reservation the caller holds
 -- returns one integer per job: the new reservation deadline ms, 0 no such job,
 -- -1 the caller's reservation is gone
@@ -15,7 +14,6 @@ local TOUCH_NO_JOB = 0
 local TOUCH_LOST = -1
 
 local pool, bucket = KEYS[1], KEYS[2]
-forget_records(3)
 local ids = {}
 for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
