@@ -3,6 +3,8 @@ package delayqueue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -422,3 +424,27 @@ func TestAReserveWhoseReplyNeverCameIsSentAgain(t *testing.T) {
 		o.MaxRetries = -1
 	})
 }
+
+// A reserve call's record slot is handed out again only once the call got
+// a reply: a call whose context ended, or whose connection broke, may
+// still run, and would write over the record of the slot's next call.
+func TestARecordSlotIsUsedAgainOnlyAfterAReply(t *testing.T) {
+	q := &DelayQueue{}
+	call := func(err error) *scriptCall {
+		c := &scriptCall{record: q.records.take(), recorded: true, cmd: redis.NewCmd(context.Background())}
+		c.cmd.SetErr(err)
+		return c
+	}
+	ok, refused := call(nil), call(fmt.Errorf("delayqueue: %w", replyError("ERR refused")))
+	cancelled, broken := call(context.Canceled), call(io.ErrUnexpectedEOF)
+	q.answered([]*scriptCall{ok, refused, cancelled, broken})
+	handed := map[int]bool{q.records.take(): true, q.records.take(): true}
+	assert.Equal(t, map[int]bool{ok.record: true, refused.record: true}, handed, "the answered calls' slots are handed out again")
+	assert.Equal(t, 4, q.records.take(), "the slots of calls without a reply are never handed out again")
+}
+
+// replyError is an error reply of the server.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}

@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -217,21 +218,23 @@ func (q *DelayQueue) recordKey(bk bucketKeys, k int) string {
 	return bk.record(q.callPrefix + strconv.Itoa(k))
 }
 
-// dropRecords deletes, at Close, the records of this instance's reserve
-// calls in every bucket, which would otherwise stay until they expire.
+// dropRecords deletes, at Close, the records of this instance's answered
+// reserve calls in every bucket, which would otherwise stay until they
+// expire. The record of a call still under way, or left without a reply,
+// stays: the call may yet be sent again, and answer from it.
 func (q *DelayQueue) dropRecords(ctx context.Context) error {
 	q.records.mu.Lock()
-	n := q.records.next
+	free := slices.Clone(q.records.free)
 	q.records.mu.Unlock()
-	if n == 0 {
+	if len(free) == 0 {
 		return nil
 	}
 	pipe := q.client.Pipeline()
 	for b := range q.opts.buckets {
 		bk := q.keys.bucket(b)
-		keys := make([]string, n)
-		for k := range keys {
-			keys[k] = q.recordKey(bk, k)
+		keys := make([]string, len(free))
+		for i, k := range free {
+			keys[i] = q.recordKey(bk, k)
 		}
 		pipe.Del(ctx, keys...)
 	}
@@ -240,12 +243,14 @@ func (q *DelayQueue) dropRecords(ctx context.Context) error {
 }
 
 // answered hands the slots of the reserve calls among calls that were
-// answered back.
+// answered back. A call with no reply (its context ended while it was
+// sent, or the connection broke) may still run: its slot is retired.
 func (q *DelayQueue) answered(calls []*scriptCall) {
 	q.records.mu.Lock()
 	defer q.records.mu.Unlock()
 	for _, c := range calls {
-		if c.recorded && !unanswered(c.cmd.Err()) {
+		var reply redis.Error
+		if err := c.cmd.Err(); c.recorded && (err == nil || errors.As(err, &reply)) {
 			q.records.free = append(q.records.free, c.record)
 			c.recorded = false
 		}
@@ -308,6 +313,12 @@ func (q *DelayQueue) noteError(ctx context.Context, err error) {
 	var reply redis.Error
 	if !errors.As(err, &reply) || redis.IsClusterDownError(err) {
 		cc.ReloadState(ctx) // in the background, at most every 200ms
+		q.mu.Lock()
+		blocking, own := q.blocking.(*redis.ClusterClient)
+		q.mu.Unlock()
+		if own {
+			blocking.ReloadState(ctx) // the blocked calls' client learns it too
+		}
 	}
 }
 

@@ -156,7 +156,7 @@ func (w *waits) block(g *waitGroup) {
 		case errors.Is(err, redis.Nil):
 			failures = 0
 			w.expired()
-		case w.ctx.Err() != nil:
+		case w.ctx.Err() != nil, errors.Is(err, ErrClosed):
 			return
 		default:
 			failures++
