@@ -278,12 +278,7 @@ func (q *DelayQueue) writeSample(ctx context.Context, now, span int64, flat []an
 		return fmt.Errorf("delayqueue: sample the history: %w", err)
 	}
 	late := map[string]int64{}
-	err = pairs(flat, func(field string, v any) error {
-		n, err := replyInt(v)
-		kind, topic, ok := strings.Cut(field, ":")
-		if err != nil || !ok {
-			return fmt.Errorf("tally %q: %v", field, v)
-		}
+	err = topicInts(flat, "tally", func(kind, topic string, n int64) {
 		s, ms := at(topic), time.Duration(n)*time.Millisecond
 		switch kind {
 		case "f":
@@ -297,7 +292,6 @@ func (q *DelayQueue) writeSample(ctx context.Context, now, span int64, flat []an
 		case "m":
 			s.MaxLateness = ms
 		}
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("delayqueue: sample the history: %w", err)

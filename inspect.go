@@ -205,14 +205,9 @@ func readSummary(cmd *redis.Cmd) (summary, error) {
 		return bad()
 	}
 	per := map[string]Counts{}
-	err = pairs(counts, func(field string, v any) error {
-		n, err := replyInt(v)
-		state, topic, ok := strings.Cut(field, ":")
-		if err != nil || !ok {
-			return fmt.Errorf("count %q: %v", field, v)
-		}
+	err = topicInts(counts, "count", func(state, topic string, n int64) {
 		if n == 0 || state == "0" {
-			return nil // kept until the bucket handler drops it; entries trimmed (lib/places.lua)
+			return // kept until the bucket handler drops it; entries trimmed (lib/places.lua)
 		}
 		c := per[topic]
 		switch state {
@@ -224,7 +219,6 @@ func readSummary(cmd *redis.Cmd) (summary, error) {
 			c.Reserved = int(n)
 		}
 		per[topic] = c
-		return nil
 	})
 	if err == nil {
 		err = pairs(dead, func(topic string, v any) error {
@@ -267,6 +261,21 @@ func pairs(flat []any, f func(name string, v any) error) error {
 		}
 	}
 	return nil
+}
+
+// topicInts reads a flat reply of integers under "<kind>:<topic>" fields,
+// as a counts hash and the history's tallies hold them; what names the
+// fields in an error.
+func topicInts(flat []any, what string, f func(kind, topic string, n int64)) error {
+	return pairs(flat, func(field string, v any) error {
+		n, err := replyInt(v)
+		kind, topic, ok := strings.Cut(field, ":")
+		if err != nil || !ok {
+			return fmt.Errorf("%s %q: %v", what, field, v)
+		}
+		f(kind, topic, n)
+		return nil
+	})
 }
 
 // replyInt reads an integer from a script's reply, sent as an integer or

@@ -213,6 +213,20 @@ func (s *recordSlots) take() int {
 	return s.next - 1
 }
 
+// handBack makes slot k free again.
+func (s *recordSlots) handBack(k int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free = append(s.free, k)
+}
+
+// idle returns the free slots: those whose calls were answered.
+func (s *recordSlots) idle() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.free)
+}
+
 // recordKey is the key of record slot k in bucket bk.
 func (q *DelayQueue) recordKey(bk bucketKeys, k int) string {
 	return bk.record(q.callPrefix + strconv.Itoa(k))
@@ -223,9 +237,7 @@ func (q *DelayQueue) recordKey(bk bucketKeys, k int) string {
 // expire. The record of a call still under way, or left without a reply,
 // stays: the call may yet be sent again, and answer from it.
 func (q *DelayQueue) dropRecords(ctx context.Context) error {
-	q.records.mu.Lock()
-	free := slices.Clone(q.records.free)
-	q.records.mu.Unlock()
+	free := q.records.idle()
 	if len(free) == 0 {
 		return nil
 	}
@@ -246,12 +258,10 @@ func (q *DelayQueue) dropRecords(ctx context.Context) error {
 // answered back. A call with no reply (its context ended while it was
 // sent, or the connection broke) may still run: its slot is retired.
 func (q *DelayQueue) answered(calls []*scriptCall) {
-	q.records.mu.Lock()
-	defer q.records.mu.Unlock()
 	for _, c := range calls {
 		var reply redis.Error
 		if err := c.cmd.Err(); c.recorded && (err == nil || errors.As(err, &reply)) {
-			q.records.free = append(q.records.free, c.record)
+			q.records.handBack(c.record)
 			c.recorded = false
 		}
 	}
