@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/batch"
@@ -152,6 +153,18 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal
 }
 
+// withSignal puts first in looks the bucket of the signals that woke a
+// consumer that wants want jobs, with any signals the process holds there,
+// in one reserve call.
+func withSignal(looks []look, u wakeUp, want int) []look {
+	first := look{b: u.b, n: want, held: u.n}
+	if j := slices.IndexFunc(looks, func(l look) bool { return l.b == u.b }); j >= 0 {
+		first.held += looks[j].held
+		looks = slices.Delete(looks, j, j+1)
+	}
+	return slices.Insert(looks, 0, first)
+}
+
 // Pop reserves the oldest ready job of topic for its TTR, waiting up to
 // timeout for one (zero or less: it looks once). Finish the job within its
 // TTR, or it is delivered again. Pop returns ErrNoJob when no job became
@@ -184,10 +197,15 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		return nil, err
 	}
 	deadline := time.Now().Add(timeout)
-	wt := &waiter{wake: make(chan int, 1)}
+	wt := &waiter{wake: make(chan wakeUp, 1)}
 	defer w.leave(topic, wt)
 	var timer *time.Timer
-	signal := noSignal // or a bucket whose signal was taken for this consumer
+	signal := wakeUp{b: noSignal} // or signals taken for this consumer
+	defer func() {
+		if signal.b >= 0 { // not used: an error came first
+			w.unused(topic, signal.b, signal.n)
+		}
+	}()
 	for {
 		// A limited topic's consumer takes grants first, and reserves no
 		// more jobs than granted (limits_grants.go).
@@ -201,9 +219,9 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		}
 		var renewed chan error // a grant handed over, being renewed
 		for err == nil && g != nil && g.n == 0 {
-			if signal >= 0 {
-				w.unused(topic, signal) // for a consumer that gets capacity
-				signal = -1
+			if signal.b >= 0 {
+				w.unused(topic, signal.b, signal.n) // for a consumer that gets capacity
+				signal.b = noSignal
 			}
 			var handed string
 			if handed, err = q.awaitCapacity(ctx, topic, wait, full, deadline); err == nil {
@@ -221,12 +239,19 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		if g != nil {
 			want = g.n
 		}
+		start := int(q.rotor.Add(1) % uint32(q.opts.buckets))
 		var looks []look
-		if signal >= 0 {
-			looks = append(looks, look{b: signal, n: want, held: 1})
-			signal = -1
+		if signal.b >= 0 {
+			if extra := signal.n - want; extra > 0 {
+				// Fewer jobs granted than signals taken.
+				w.unused(topic, signal.b, extra)
+				signal.n = want
+			}
+			looks = withSignal(w.plan(topic, want-signal.n, start, timeout <= 0), signal, want)
+			signal.b = noSignal
+		} else {
+			looks = w.plan(topic, want, start, timeout <= 0)
 		}
-		looks = append(looks, w.plan(topic, want, int(q.rotor.Add(1)%uint32(q.opts.buckets)), timeout <= 0)...)
 		var got []*Job
 		again := false
 		for _, l := range looks {
@@ -234,8 +259,8 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			if n == 0 {
 				// Enough already: a signal this consumer holds goes to
 				// another.
-				for range l.held {
-					w.unused(topic, l.b)
+				if l.held > 0 {
+					w.unused(topic, l.b, l.held)
 				}
 				continue
 			}
@@ -274,6 +299,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		if remaining <= 0 {
 			return nil, ErrNoJob
 		}
+		wt.want = want // no more signals than jobs granted
 		w.enlist(topic, wt)
 		if timer == nil {
 			timer = time.NewTimer(remaining)

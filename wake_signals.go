@@ -11,9 +11,9 @@ import (
 // Waiting for ready jobs. Every job made ready adds a ready signal to its
 // topic's signal list in its bucket (scripts/lib/signals.lua). A process
 // whose consumers wait blocks on those lists with BLMPOP (BLPOP where the
-// server has none), taking up to one signal per waiting consumer, and Redis
-// hands each signal to one blocked client: a job wakes one consumer, in
-// whichever process, however many wait. One blocked call waits for every
+// server has none), taking up to as many signals as its waiting consumers
+// want jobs (wanted), and Redis hands each signal to one blocked client: a
+// job wakes one consumer, in whichever process, however many wait. One blocked call waits for every
 // topic the process's consumers wait for: one per bucket on a Cluster (a
 // call's keys share a slot), one in all elsewhere, so a process holds a
 // handful of connections however many topics it consumes. A reserve call
@@ -61,10 +61,18 @@ type topicWait struct {
 	paused  bool      // a reserve call found the topic paused; until a resume
 }
 
-// waiter is one waiting consumer. A signal taken for it arrives on wake: the
-// bucket whose job it may reserve.
+// waiter is one waiting consumer, wanting up to want jobs. The signals
+// taken for it arrive on wake, in one wake-up: up to want signals of one
+// bucket, whose jobs it may reserve.
 type waiter struct {
-	wake chan int // buffered
+	wake chan wakeUp // buffered
+	want int
+}
+
+// wakeUp wakes a waiter: with n signals of bucket b, or (b is noSignal)
+// to look where signals are left, holding none.
+type wakeUp struct {
+	b, n int
 }
 
 // sigKey is what a signal list stands for.
@@ -225,7 +233,7 @@ func (w *waits) settle(topic string, b, left int, unsignalled bool, status reser
 	for ; left > 0 && len(tw.waiters) > 0; left-- {
 		wt := tw.waiters[0]
 		tw.waiters = tw.waiters[1:]
-		wt.wake <- noSignal
+		wt.wake <- wakeUp{b: noSignal}
 	}
 }
 
@@ -240,12 +248,8 @@ func (w *waits) enlist(topic string, wt *waiter) {
 	// A signal taken while no consumer waited is held for the next to
 	// come: the blocked calls would not take it again before it is given
 	// back, nor hear when it is.
-	for b := range tw.held {
-		for ; tw.held[b] > 0 && len(tw.waiters) > 0; tw.held[b]-- {
-			next := tw.waiters[0]
-			tw.waiters = tw.waiters[1:]
-			next.wake <- b
-		}
+	for b, n := range tw.held {
+		tw.held[b] = w.handLocked(tw, b, n)
 	}
 	var poke []string
 	if !tw.paused && len(tw.waiters) > 0 {
@@ -277,9 +281,9 @@ func (w *waits) leave(topic string, wt *waiter) {
 	}
 	for {
 		select {
-		case b := <-wt.wake:
-			if b >= 0 {
-				w.deliverLocked(b, topic)
+		case u := <-wt.wake:
+			if u.b >= 0 {
+				w.deliverLocked(u.b, topic, u.n)
 			}
 		default:
 			return
@@ -287,12 +291,12 @@ func (w *waits) leave(topic string, wt *waiter) {
 	}
 }
 
-// unused hands on a signal of bucket b that a consumer of topic took and did
-// not use (its caller went away).
-func (w *waits) unused(topic string, b int) {
+// unused hands on n signals of bucket b that a consumer of topic took and
+// did not use (its caller went away, or has enough).
+func (w *waits) unused(topic string, b, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.deliverLocked(b, topic)
+	w.deliverLocked(b, topic, n)
 }
 
 // lookStranded has a waiting consumer of topic look at bucket b, where a
@@ -309,7 +313,7 @@ func (w *waits) lookStranded(topic string, b int) {
 	tw.avail[b] = unknown
 	wt := tw.waiters[0]
 	tw.waiters = tw.waiters[1:]
-	wt.wake <- noSignal
+	wt.wake <- wakeUp{b: noSignal}
 }
 
 // resume marks topic resumed: its consumers look again, and the blocked
@@ -329,7 +333,7 @@ func (w *waits) resume(topic string) {
 	tw.waiters = nil
 	w.mu.Unlock()
 	for _, wt := range waiters {
-		wt.wake <- -1 // a look
+		wt.wake <- wakeUp{b: noSignal} // a look
 	}
 }
 

@@ -64,9 +64,15 @@ const maxTake = 64
 // topics that consumers wait for (not paused; a topic with signals held has
 // no waiter, see enlist), and its poke key; nil when it waits for none. It
 // records them as the call under way. n is how many signals the call may
-// take: one per waiting consumer of those topics, so that a burst of jobs
-// made ready together wakes as many consumers of one process with one reply,
-// and their reserve calls go together.
+// take. With one call for every bucket, as many as the waiting consumers
+// of those topics want jobs, so that a burst of jobs made ready together
+// goes to one process with one reply, and to one reserve call per consumer
+// (a Consume's fetch is one consumer wanting a job per free handler), not a
+// call per job in as many processes. With a call per bucket (a Cluster),
+// one per waiting consumer: a burst is spread over the buckets anyway, and
+// the calls of a process, each taking as many as its consumers want, would
+// together take many times that, holding the jobs back from every other
+// process until this one's consumers come for them.
 func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -81,7 +87,13 @@ func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 		for _, b := range g.buckets {
 			keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
 		}
-		n += len(tw.waiters)
+		if len(w.groups) > 1 {
+			n += len(tw.waiters)
+			continue
+		}
+		for _, wt := range tw.waiters {
+			n += wt.want
+		}
 	}
 	if len(keys) == 0 {
 		return nil, 0
@@ -148,9 +160,7 @@ func (w *waits) block(g *waitGroup) {
 			failures = 0
 			if k, ok := keys[key]; ok && k.bucket >= 0 {
 				w.mu.Lock()
-				for range signals {
-					w.deliverLocked(k.bucket, k.topic)
-				}
+				w.deliverLocked(k.bucket, k.topic, len(signals))
 				w.mu.Unlock()
 			}
 		case errors.Is(err, redis.Nil):
@@ -193,7 +203,7 @@ func (w *waits) expired() {
 	}
 	w.mu.Unlock()
 	for _, wt := range wake {
-		wt.wake <- -1
+		wt.wake <- wakeUp{b: noSignal}
 	}
 }
 
@@ -208,7 +218,7 @@ func (w *waits) lost(g *waitGroup) {
 			if len(tw.waiters) == 0 {
 				break
 			}
-			w.deliverLocked(b, topic)
+			w.deliverLocked(b, topic, 1)
 		}
 	}
 }
@@ -218,18 +228,27 @@ func (w *waits) lost(g *waitGroup) {
 // given back for other processes.
 const holdFor = 50 * time.Millisecond
 
-// deliverLocked gives a signal of bucket b to the topic's oldest waiter,
-// or holds it for the next.
-func (w *waits) deliverLocked(b int, topic string) {
+// deliverLocked gives n signals of bucket b to the topic's oldest waiters,
+// each as many as it wants, and holds the rest for the next.
+func (w *waits) deliverLocked(b int, topic string, n int) {
 	tw := w.topicLocked(topic)
-	if len(tw.waiters) > 0 {
+	if n = w.handLocked(tw, b, n); n > 0 {
+		tw.held[b] += n
+		time.AfterFunc(holdFor, func() { w.returnHeld(topic) })
+	}
+}
+
+// handLocked wakes the oldest waiters of tw with n signals of bucket b, each
+// with as many as it wants, and returns how many no waiter took.
+func (w *waits) handLocked(tw *topicWait, b, n int) int {
+	for n > 0 && len(tw.waiters) > 0 {
 		wt := tw.waiters[0]
 		tw.waiters = tw.waiters[1:]
-		wt.wake <- b
-		return
+		k := min(n, max(wt.want, 1))
+		wt.wake <- wakeUp{b: b, n: k}
+		n -= k
 	}
-	tw.held[b]++
-	time.AfterFunc(holdFor, func() { w.returnHeld(topic) })
+	return n
 }
 
 // returnHeld gives back the signals of topic that no consumer came for.

@@ -48,6 +48,19 @@ func blockedFor(q *DelayQueue, topic string) bool {
 	return true
 }
 
+// allBlockedFor returns a condition: every blocked call of each of qs
+// waits for topic.
+func allBlockedFor(qs []*DelayQueue, topic string) func() bool {
+	return func() bool {
+		for _, q := range qs {
+			if !blockedFor(q, topic) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // reserveCounter counts the reserve calls a client sends, and those that
 // found no job.
 type reserveCounter struct {
@@ -122,14 +135,7 @@ func TestAReadyJobWakesOneConsumerNotAll(t *testing.T) {
 				}
 			}()
 		}
-		waiting := func() bool {
-			for _, q := range consumers {
-				if !blockedFor(q, "t") {
-					return false
-				}
-			}
-			return true
-		}
+		waiting := allBlockedFor(consumers, "t")
 		for _, q := range consumers {
 			subscribed(t, q, "t") // the looks that the confirmations bring are over
 		}
@@ -150,6 +156,95 @@ func TestAReadyJobWakesOneConsumerNotAll(t *testing.T) {
 		assert.Equal(t, int64(jobs), counter.calls.Load()-calls, "one reserve call per job")
 		assert.Zero(t, counter.empty.Load()-empty, "no reserve call found nothing")
 	})
+}
+
+// Jobs made ready together go to one waiting Consume, as many as it has
+// handlers free, in one reserve call: not a job to each of as many
+// processes, each paying a reserve call for one job.
+func TestABurstOfJobsGoesToOneConsumeInOneReserveCall(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if be.mini != nil {
+			t.Skip("miniredis has no BLMPOP: a blocked call takes one signal")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const processes, jobs = 4, 8
+		name := uniqueName(t)
+		producer := newQueue(t, be.client, WithName(name), WithBuckets(1))
+		counter := &reserveCounter{}
+		got := make(chan string, jobs)
+		release := make(chan struct{})
+		handler := func(_ context.Context, job *Job) error {
+			got <- job.ID
+			<-release
+			return nil
+		}
+		var consumers []*DelayQueue
+		errs := make(chan error, processes)
+		for range processes {
+			c := anotherClient(t, be.client)
+			c.AddHook(counter)
+			q := newQueue(t, c, WithName(name), WithBuckets(1))
+			consumers = append(consumers, q)
+			go func() { errs <- q.Consume(ctx, "t", handler, ConsumeOptions{Concurrency: 16, Grace: time.Minute}) }()
+		}
+		for _, q := range consumers {
+			subscribed(t, q, "t") // the looks that the confirmations bring are over
+		}
+		require.Eventually(t, allBlockedFor(consumers, "t"), 30*time.Second, time.Millisecond, "every consumer waits")
+		calls, empty := counter.calls.Load(), counter.empty.Load()
+		burst := make([]*Job, jobs)
+		for i := range burst {
+			burst[i] = &Job{Topic: "t"}
+		}
+		_, err := producer.PushMany(ctx, burst)
+		require.NoError(t, err)
+		for i := range jobs {
+			select {
+			case <-got:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("job %d never came", i)
+			}
+		}
+		assert.Equal(t, int64(1), counter.calls.Load()-calls, "one reserve call for the burst")
+		assert.Zero(t, counter.empty.Load()-empty, "no reserve call found nothing")
+		close(release)
+		cancel()
+		for range processes {
+			assert.NoError(t, <-errs)
+		}
+	})
+}
+
+// A blocked call takes as many signals as the waiting consumers want jobs
+// where one call waits for every bucket; where each bucket has a call of
+// its own (a Cluster), one per consumer, so that a process's calls do not
+// together hold back many times what its consumers want.
+func TestABlockedCallTakesNoMoreSignalsThanItsProcessCanUse(t *testing.T) {
+	for _, groups := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d blocked calls", groups), func(t *testing.T) {
+			q := newQueue(t, miniredisClient(t), WithBuckets(4))
+			w := &waits{q: q, token: "test", topics: map[string]*topicWait{}}
+			w.ctx, w.cancel = context.WithCancel(context.Background())
+			defer w.cancel()
+			for g := range groups {
+				wg := &waitGroup{buckets: []int{g}, poke: q.keys.bucket(g).poke(w.token)}
+				if groups == 1 {
+					wg.buckets = []int{0, 1, 2, 3}
+				}
+				w.groups = append(w.groups, wg)
+			}
+			tw := w.topicLocked("t")
+			tw.waiters = append(tw.waiters, &waiter{want: 16}, &waiter{want: 1})
+			keys, n := w.wanted(w.groups[0])
+			assert.Len(t, keys, 4/groups+1, "the signal lists of its buckets, and its poke key")
+			if groups == 1 {
+				assert.Equal(t, 17, n, "as many as the consumers want")
+			} else {
+				assert.Equal(t, 2, n, "one per consumer")
+			}
+		})
+	}
 }
 
 // A process that waits for many topics holds a blocked call per bucket
@@ -240,14 +335,7 @@ func TestBlockedCallsLeaveTheClientsPoolToTheScripts(t *testing.T) {
 				}
 			}()
 		}
-		require.Eventually(t, func() bool {
-			for _, q := range qs {
-				if !blockedFor(q, "t") {
-					return false
-				}
-			}
-			return true
-		}, 30*time.Second, time.Millisecond, "every instance waits")
+		require.Eventually(t, allBlockedFor(qs, "t"), 30*time.Second, time.Millisecond, "every instance waits")
 		for range qs {
 			pushed(t, qs[0], &Job{Topic: "t"})
 		}
@@ -333,14 +421,14 @@ func TestASignalHeldGoesToTheNextConsumerThatWaits(t *testing.T) {
 		// The job's signal, taken by a blocked call for a consumer that
 		// has gone.
 		require.NoError(t, be.client.LPop(ctx, q.keys.bucket(0).signals("t")).Err())
-		w.unused("t", 0)
+		w.unused("t", 0, 1)
 
-		wt := &waiter{wake: make(chan int, 1)}
+		wt := &waiter{wake: make(chan wakeUp, 1), want: 1}
 		w.enlist("t", wt)
 		defer w.leave("t", wt)
 		select {
-		case b := <-wt.wake:
-			assert.Equal(t, 0, b, "the held signal, of bucket 0")
+		case u := <-wt.wake:
+			assert.Equal(t, wakeUp{b: 0, n: 1}, u, "the held signal, of bucket 0")
 		case <-time.After(blockFor / 2):
 			t.Fatal("a consumer that starts to wait is not given the signal held")
 		}
