@@ -254,17 +254,33 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		}
 		var got []*Job
 		again := false
-		for _, l := range looks {
+		for i, l := range looks {
 			n := min(want-len(got), maxReserve)
+			if l.held > n {
+				// More signals than jobs still wanted (an earlier look
+				// claimed jobs here or elsewhere): the rest go to another
+				// consumer, for a reserve call drops the signals it holds
+				// beyond the jobs it takes.
+				w.unused(topic, l.b, l.held-n)
+				l.held = n
+			}
 			if n == 0 {
-				// Enough already: a signal this consumer holds goes to
-				// another.
-				if l.held > 0 {
-					w.unused(topic, l.b, l.held)
-				}
 				continue
 			}
 			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, timeout <= 0)
+			if err != nil {
+				// The signals of this look and of those not sent go to
+				// another consumer: one too many costs a look, one too few
+				// leaves a job waiting.
+				if l.held > 0 {
+					w.unused(topic, l.b, l.held)
+				}
+				for _, rest := range looks[i+1:] {
+					if rest.held > 0 {
+						w.unused(topic, rest.b, rest.held)
+					}
+				}
+			}
 			if err == nil {
 				w.settle(topic, l.b, c.left, c.unsignalled, c.status)
 				q.observeReserved(ctx, c.jobs)

@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,9 +88,14 @@ func (r *reserveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	}
 }
 
-func (r *reserveCounter) count(cmd redis.Cmder) {
+// isReserveCall reports whether cmd runs reserve.lua.
+func isReserveCall(cmd redis.Cmder) bool {
 	args := cmd.Args()
-	if len(args) < 2 || (args[1] != scriptReserve.flagged.Hash() && args[1] != scriptReserve.plain.Hash()) {
+	return len(args) >= 2 && (args[1] == scriptReserve.flagged.Hash() || args[1] == scriptReserve.plain.Hash())
+}
+
+func (r *reserveCounter) count(cmd redis.Cmder) {
+	if !isReserveCall(cmd) {
 		return
 	}
 	c, ok := cmd.(*redis.Cmd)
@@ -216,6 +222,76 @@ func TestABurstOfJobsGoesToOneConsumeInOneReserveCall(t *testing.T) {
 	})
 }
 
+// Signals a consumer took for a reserve call that failed go on to another
+// consumer (here, back to Redis once no consumer of the process came for
+// them): a signal lost would leave its job waiting for a look.
+func TestTheSignalsOfAFailedReserveCallGoOn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		c := anotherClient(t, be.client)
+		failing := &failReserves{}
+		c.AddHook(failing)
+		q := newQueue(t, c, WithBuckets(1))
+		pushed(t, q, &Job{Topic: "t"})
+		pushed(t, q, &Job{Topic: "t"})
+		w, err := q.waiting()
+		require.NoError(t, err)
+		// Both signals, taken by a blocked call and held by the process.
+		sig := q.keys.bucket(0).signals("t")
+		require.NoError(t, be.client.LPopCount(ctx, sig, 2).Err())
+		w.unused("t", 0, 2)
+
+		failing.on.Store(true)
+		_, err = q.pop(ctx, "t", 4, time.Minute)
+		require.ErrorIs(t, err, errReserveRefused)
+		failing.on.Store(false)
+		require.Eventually(t, func() bool {
+			return be.client.LLen(ctx, sig).Val() == 2
+		}, 10*time.Second, time.Millisecond, "the signals go back")
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Finish(ctx, job.ID))
+	})
+}
+
+// refusedReply is failReserves' error: a reply, as a server's error is,
+// so that the call is not sent again.
+type refusedReply struct{}
+
+func (refusedReply) Error() string { return "ERR reserve refused by the test" }
+func (refusedReply) RedisError()   {}
+
+var errReserveRefused error = refusedReply{}
+
+// failReserves fails a client's reserve calls, unsent, while on.
+type failReserves struct {
+	on atomic.Bool
+}
+
+func (f *failReserves) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *failReserves) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if f.on.Load() && isReserveCall(cmd) {
+			cmd.SetErr(errReserveRefused)
+			return errReserveRefused
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (f *failReserves) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if f.on.Load() && slices.ContainsFunc(cmds, isReserveCall) {
+			for _, cmd := range cmds {
+				cmd.SetErr(errReserveRefused)
+			}
+			return errReserveRefused
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // A blocked call takes as many signals as the waiting consumers want jobs
 // where one call waits for every bucket; where each bucket has a call of
 // its own (a Cluster), one per consumer, so that a process's calls do not
@@ -236,8 +312,11 @@ func TestABlockedCallTakesNoMoreSignalsThanItsProcessCanUse(t *testing.T) {
 			}
 			tw := w.topicLocked("t")
 			tw.waiters = append(tw.waiters, &waiter{want: 16}, &waiter{want: 1})
+			w.topicLocked("u").waiters = []*waiter{{want: 5}}
 			keys, n := w.wanted(w.groups[0])
-			assert.Len(t, keys, 4/groups+1, "the signal lists of its buckets, and its poke key")
+			assert.Len(t, keys, 2*4/groups+1, "the signal lists of its buckets, and its poke key")
+			// A reply takes signals from one list: as many as one topic's
+			// consumers want, not the topics' sum.
 			if groups == 1 {
 				assert.Equal(t, 17, n, "as many as the consumers want")
 			} else {
