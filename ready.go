@@ -242,12 +242,9 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		start := int(q.rotor.Add(1) % uint32(q.opts.buckets))
 		var looks []look
 		if signal.b >= 0 {
-			if extra := signal.n - want; extra > 0 {
-				// Fewer jobs granted than signals taken.
-				w.unused(topic, signal.b, extra)
-				signal.n = want
-			}
-			looks = withSignal(w.plan(topic, want-signal.n, start, timeout <= 0), signal, want)
+			// Signals beyond want (fewer jobs granted than signals
+			// taken) go on with the first look's, below.
+			looks = withSignal(w.plan(topic, max(want-signal.n, 0), start, timeout <= 0), signal, want)
 			signal.b = noSignal
 		} else {
 			looks = w.plan(topic, want, start, timeout <= 0)
@@ -257,8 +254,8 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		for i, l := range looks {
 			n := min(want-len(got), maxReserve)
 			if l.held > n {
-				// More signals than jobs still wanted (an earlier look
-				// claimed jobs here or elsewhere): the rest go to another
+				// More signals than jobs still wanted (fewer granted, or
+				// an earlier look claimed jobs): the rest go to another
 				// consumer, for a reserve call drops the signals it holds
 				// beyond the jobs it takes.
 				w.unused(topic, l.b, l.held-n)
@@ -272,13 +269,9 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				// The signals of this look and of those not sent go to
 				// another consumer: one too many costs a look, one too few
 				// leaves a job waiting.
-				if l.held > 0 {
-					w.unused(topic, l.b, l.held)
-				}
+				w.unused(topic, l.b, l.held)
 				for _, rest := range looks[i+1:] {
-					if rest.held > 0 {
-						w.unused(topic, rest.b, rest.held)
-					}
+					w.unused(topic, rest.b, rest.held)
 				}
 			}
 			if err == nil {

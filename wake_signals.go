@@ -13,10 +13,11 @@ import (
 // whose consumers wait blocks on those lists with BLMPOP (BLPOP where the
 // server has none), taking up to as many signals as its waiting consumers
 // want jobs (wanted), and Redis hands each signal to one blocked client: a
-// job wakes one consumer, in whichever process, however many wait. One blocked call waits for every
-// topic the process's consumers wait for: one per bucket on a Cluster (a
-// call's keys share a slot), one in all elsewhere, so a process holds a
-// handful of connections however many topics it consumes. A reserve call
+// job wakes one consumer, in whichever process, however many wait. One
+// blocked call waits for every topic the process's consumers wait for: one
+// per bucket on a Cluster (a call's keys share a slot), one in all
+// elsewhere, so a process holds a handful of connections however many
+// topics it consumes. A reserve call
 // takes no more jobs than the signals its caller holds or claims
 // (reserve.lua), so the consumer a signal woke finds its job.
 
@@ -291,8 +292,8 @@ func (w *waits) leave(topic string, wt *waiter) {
 	}
 }
 
-// unused hands on n signals of bucket b that a consumer of topic took and
-// did not use (its caller went away, or has enough).
+// unused hands on n signals (none: nothing) of bucket b that a consumer of
+// topic took and did not use (its caller went away, or has enough).
 func (w *waits) unused(topic string, b, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
