@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // IDs that no other process makes. Each DelayQueue takes an instance number
@@ -31,6 +32,7 @@ const base58Digits = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz
 type idGen struct {
 	prefix atomic.Pointer[string] // the length digit and the instance number
 	count  atomic.Uint64
+	made   atomic.Uint64 // IDs made by nextIn, for its runs
 }
 
 // instancePrefix is the start of the IDs of instance number n (n >= 1).
@@ -45,6 +47,50 @@ func (g *idGen) next() string {
 	prefix := g.prefix.Load()
 	n := g.count.Add(1) - 1
 	return string(appendBase58([]byte(*prefix), n))
+}
+
+// Generated IDs fill one bucket at a time. A job's bucket is its ID's hash
+// (bucketOf), so the generator picks, among its next IDs, one whose hash
+// falls in the bucket of the moment, and leaves the counts it skips unused.
+// Jobs pushed together then share a bucket: concurrent pushes go in one
+// script call rather than one per bucket, and jobs due together are moved
+// and reserved together, in one call, where spread over every bucket each
+// took a call of its own. Over time the IDs still spread evenly: the bucket
+// moves on after idRun IDs or idRunTime, whichever comes first, and each
+// instance starts at a bucket of its own (its instance number), so that
+// concurrent producers fill different buckets.
+const (
+	idRun     = 100
+	idRunTime = 10 * time.Millisecond
+	// maxTargetBuckets bounds the buckets among which IDs are picked: the
+	// generator hashes about as many IDs as there are buckets for each
+	// it keeps. Beyond it, IDs spread by their hash alone.
+	maxTargetBuckets = 256
+)
+
+// nextIn returns a new ID whose bucket, among buckets, is the one of
+// epoch (a count that moves on every idRunTime; see idEpoch) and of the
+// IDs made so far.
+func (g *idGen) nextIn(buckets int, epoch int64) string {
+	if buckets <= 1 || buckets > maxTargetBuckets {
+		return g.next()
+	}
+	run := g.made.Add(1) / idRun
+	target := int((uint64(epoch) + run) % uint64(buckets))
+	prefix := g.prefix.Load()
+	var buf [32]byte
+	for {
+		id := appendBase58(append(buf[:0], *prefix...), g.count.Add(1)-1)
+		if bucketOfBytes(id, buckets) == target {
+			return string(id)
+		}
+	}
+}
+
+// idEpoch is the count that moves generated IDs on to the next bucket
+// every idRunTime, starting from the instance's own.
+func (q *DelayQueue) idEpoch() int64 {
+	return q.instance + time.Now().UnixMilli()/idRunTime.Milliseconds()
 }
 
 // appendBase58 appends n's base-58 digits, most significant first.

@@ -60,6 +60,60 @@ func TestGeneratedIDsSpreadOverBuckets(t *testing.T) {
 	}
 }
 
+func TestGeneratedIDsFillOneBucketAtATime(t *testing.T) {
+	var g idGen
+	g.prefix.Store(instancePrefix(3))
+	seen := map[string]bool{}
+	counts := make([]int, 8)
+	for i := range 80_000 {
+		id := g.nextIn(8, 5)
+		require.False(t, seen[id], "%q made twice", id)
+		seen[id] = true
+		b := bucketOf(id, 8)
+		// The i-th ID is the (i+1)-th made: runs of idRun from bucket 5.
+		require.Equal(t, (5+(i+1)/idRun)%8, b, "ID %d", i)
+		counts[b]++
+	}
+	for b, n := range counts {
+		assert.InDelta(t, 10_000, n, idRun, "bucket %d: over time the IDs spread evenly", b)
+	}
+	id := g.nextIn(8, 6)
+	assert.Equal(t, (6+80_001/idRun)%8, bucketOf(id, 8), "a new epoch moves on a bucket")
+	assert.LessOrEqual(t, len(id), len(makeID(3, 80_000))+1, "skipped counts lengthen IDs by at most a digit")
+
+	// One bucket, or too many to pick among: IDs by their hash alone,
+	// no count skipped.
+	for _, buckets := range []int{1, maxTargetBuckets + 1} {
+		before := g.count.Load()
+		g.nextIn(buckets, 5)
+		assert.Equal(t, before+1, g.count.Load(), "%d buckets", buckets)
+	}
+}
+
+func TestJobsPushedTogetherShareABucket(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		q := newQueue(t, be.client, WithBuckets(8))
+		jobs := make([]*Job, 50)
+		for i := range jobs {
+			jobs[i] = &Job{Topic: "t", Delay: time.Hour}
+		}
+		_, err := q.PushMany(context.Background(), jobs)
+		require.NoError(t, err)
+		buckets := map[int]int{}
+		for _, job := range jobs {
+			buckets[bucketOf(job.ID, 8)]++
+		}
+		// Spread by their hash, 50 jobs would fill every bucket. A run of
+		// IDs may end inside the call: at most two buckets.
+		assert.LessOrEqual(t, len(buckets), 2, "jobs per bucket: %v", buckets)
+		for b, n := range buckets {
+			held, err := be.client.HLen(context.Background(), q.keys.bucket(b).pool).Result()
+			require.NoError(t, err)
+			assert.Equal(t, int64(n), held, "bucket %d holds the jobs filed in it", b)
+		}
+	})
+}
+
 // storedJobs counts the jobs in a queue's pools.
 func storedJobs(t *testing.T, q *DelayQueue) int {
 	t.Helper()
@@ -137,7 +191,7 @@ func TestCallersCannotTakeAGeneratedID(t *testing.T) {
 		// same job, and nothing new is made.
 		job := &Job{Topic: "t", Delay: time.Hour}
 		id := pushed(t, q, job)
-		assert.Equal(t, next, id)
+		assert.True(t, strings.HasPrefix(id, *q.ids.prefix.Load()), "%q is an ID of the queue's", id)
 		again, err := q.Push(ctx, job)
 		require.NoError(t, err)
 		assert.Equal(t, id, again)
@@ -150,14 +204,19 @@ func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
 		ctx := context.Background()
 		name := uniqueName(t)
 		logs := &capture{}
-		q := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		// One bucket, so that two instances of one number make the same
+		// IDs in the same order; with more, the bucket of the moment
+		// (idEpoch) picks among them too, and they meet only when it is
+		// the same for both.
+		opts := []Option{WithName(name), WithLogger(logs.logger()), WithBuckets(1)}
+		q := newQueue(t, be.client, opts...)
 
 		// The instance counter went back, as when Redis lost its last
 		// writes: a new process gets the number of a live one, and the two
 		// make the same IDs. Jobs alike in every field but their due time
 		// (a periodic tick, say) must not pass for one another.
 		require.NoError(t, be.client.HIncrBy(ctx, q.keys.meta(), "nodes", -1).Err())
-		again := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		again := newQueue(t, be.client, opts...)
 		require.Equal(t, *q.ids.prefix.Load(), *again.ids.prefix.Load())
 		first := pushed(t, q, &Job{Topic: "tick", Delay: time.Hour})
 		second := pushed(t, again, &Job{Topic: "tick", Delay: 2 * time.Hour})
@@ -176,9 +235,9 @@ func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
 		assert.Equal(t, 2*n+2, storedJobs(t, q))
 
 		// The same, in a batch.
-		older := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		older := newQueue(t, be.client, opts...)
 		require.NoError(t, be.client.HIncrBy(ctx, q.keys.meta(), "nodes", -1).Err())
-		third := newQueue(t, be.client, WithName(name), WithLogger(logs.logger()))
+		third := newQueue(t, be.client, opts...)
 		require.Equal(t, *older.ids.prefix.Load(), *third.ids.prefix.Load())
 		in := pushed(t, older, &Job{Topic: "t"}) // in the way of third's first ID
 		jobs := []*Job{{Topic: "t"}}

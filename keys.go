@@ -183,7 +183,12 @@ func (bk bucketKeys) poke(token string) string { return bk.pokePrefix + token }
 // bucketOf maps a job ID to its bucket. It depends on the ID alone, so every
 // process finds a job without a lookup; it must never change.
 func bucketOf(id string, buckets int) int {
-	return int(crc32.ChecksumIEEE([]byte(id)) % uint32(buckets))
+	return bucketOfBytes([]byte(id), buckets)
+}
+
+// bucketOfBytes is bucketOf of an ID in bytes.
+func bucketOfBytes(id []byte, buckets int) int {
+	return int(crc32.ChecksumIEEE(id) % uint32(buckets))
 }
 
 // bucketOfID checks an ID and returns its bucket.

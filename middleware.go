@@ -59,9 +59,10 @@ func (o *options) validateMiddleware() error {
 // checked; those without an ID get one first, so that the middleware sees
 // it. store checks them again: the middleware may have changed them.
 func (q *DelayQueue) throughPush(ctx context.Context, jobs []*Job, store PushFunc) error {
+	epoch := q.idEpoch()
 	for _, job := range jobs {
 		if job.ID == "" {
-			job.ID = q.ids.next()
+			job.ID = q.ids.nextIn(q.opts.buckets, epoch)
 		}
 	}
 	for i := len(q.opts.pushMiddleware) - 1; i >= 0; i-- {

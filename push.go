@@ -56,7 +56,7 @@ func (q *DelayQueue) pushPrepared(ctx context.Context, job *Job, a pushArgs) (Pu
 // pushOne pushes a job that prepare checked and encoded as a.
 func (q *DelayQueue) pushOne(ctx context.Context, job *Job, a pushArgs) (PushResult, error) {
 	for renewals := 0; ; renewals++ {
-		q.assignID(job, &a)
+		q.assignID(job, &a, q.idEpoch())
 		// Concurrent Push calls share round trips and script calls.
 		if err := q.pushes.For(a.bucket).Do(ctx, &a); err != nil {
 			return PushResult{}, err
@@ -124,8 +124,9 @@ func (o *options) prepareAll(jobs []*Job) ([]pushArgs, error) {
 
 // pushMany pushes jobs that prepareAll checked and encoded as args.
 func (q *DelayQueue) pushMany(ctx context.Context, jobs []*Job, args []pushArgs) ([]PushResult, error) {
+	epoch := q.idEpoch() // the call's jobs together, as far as runs allow
 	for i, job := range jobs {
-		q.assignID(job, &args[i])
+		q.assignID(job, &args[i], epoch)
 	}
 	pending := make([]*pushArgs, len(args))
 	for i := range args {
@@ -147,7 +148,7 @@ func (q *DelayQueue) pushMany(ctx context.Context, jobs []*Job, args []pushArgs)
 					return nil, err
 				}
 				jobs[i].ID = "" // a new one, then
-				q.assignID(jobs[i], a)
+				q.assignID(jobs[i], a, q.idEpoch())
 				pending = append(pending, a)
 			}
 		}
@@ -294,11 +295,11 @@ func (o *options) prepare(job *Job) (pushArgs, error) {
 	return a, nil
 }
 
-// assignID gives a job without an ID a new one, and files it in its
-// bucket.
-func (q *DelayQueue) assignID(job *Job, a *pushArgs) {
+// assignID gives a job without an ID a new one, in the bucket of epoch
+// (idEpoch), and files it in its bucket.
+func (q *DelayQueue) assignID(job *Job, a *pushArgs, epoch int64) {
 	if job.ID == "" {
-		job.ID = q.ids.next()
+		job.ID = q.ids.nextIn(q.opts.buckets, epoch)
 	}
 	a.id, a.bucket, a.status = job.ID, bucketOf(job.ID, q.opts.buckets), 0
 }
