@@ -72,8 +72,10 @@ type childConfig struct {
 	// and counted, not the end of the run, and jobs carry IDs of the
 	// child's (their numbers), so that a push retried after a lost reply
 	// makes no second job. For runs through a relay that cuts connections.
-	endure   bool
-	logLevel string // dq: the queue's log level on stderr; empty: slog's default
+	endure bool
+	// callerIDs (dq): jobs carry their numbers as IDs, as -endure's do.
+	callerIDs bool
+	logLevel  string // dq: the queue's log level on stderr; empty: slog's default
 	// readTimeout is the client's ReadTimeout; 0: go-redis's default.
 	readTimeout time.Duration
 	ttr         time.Duration // dq: the jobs' TTR; 0: a minute
@@ -99,6 +101,7 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "stop after this long in any case")
 	fs.StringVar(&c.observe, "observe", observeNone, "dq: what the queue has attached: none or prom")
 	fs.BoolVar(&c.endure, "endure", false, "dq: retry and count Redis errors of pushes, pops and finishes; jobs carry their numbers as IDs")
+	fs.BoolVar(&c.callerIDs, "caller-ids", false, "dq: jobs carry their numbers as IDs")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 0, "the client's ReadTimeout (0: go-redis's default, 3s)")
 	fs.DurationVar(&c.ttr, "ttr", time.Minute, "dq: the jobs' TTR")
 	fs.DurationVar(&c.work, "work", 0, "dq, consume: each handler takes this long, and reports its span")
@@ -197,7 +200,7 @@ func (c *childConfig) open(ctx context.Context, client redis.UniversalClient) (d
 	if err != nil {
 		return nil, err
 	}
-	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure, calls: calls, work: c.work, handlers: c.handlers}
+	d := &queue{q: q, method: c.method, detach: detach, endure: c.endure, callerIDs: c.callerIDs || c.endure, calls: calls, work: c.work, handlers: c.handlers}
 	if c.start {
 		if err := q.Start(ctx); err != nil {
 			_ = d.close(ctx)
@@ -305,12 +308,14 @@ func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int,
 
 // queue is a child's handle on the queue under test.
 type queue struct {
-	q       *delayqueue.DelayQueue
-	method  string
-	detach  func() // ends what -observe attached
-	endure  bool   // -endure
-	retried atomic.Int64
-	calls   *reserveCalls
+	q      *delayqueue.DelayQueue
+	method string
+	detach func() // ends what -observe attached
+	endure bool   // -endure
+	// callerIDs: -caller-ids or -endure
+	callerIDs bool
+	retried   atomic.Int64
+	calls     *reserveCalls
 	// work and handlers: -work and -handlers; spanned reports a span.
 	work     time.Duration
 	handlers int
@@ -338,15 +343,17 @@ func (d *queue) push(ctx context.Context, body []byte, due int64, how dueKind) e
 	case dueHour:
 		job.Delay = time.Hour
 	}
+	if d.callerIDs {
+		n, _, err := parseBody(body)
+		if err != nil {
+			return err
+		}
+		job.ID = "j" + strconv.Itoa(n) // pushed again, it exists already: nothing changes
+	}
 	if !d.endure {
 		_, err := d.q.Push(ctx, job)
 		return err
 	}
-	n, _, err := parseBody(body)
-	if err != nil {
-		return err
-	}
-	job.ID = "j" + strconv.Itoa(n) // pushed again, it exists already: nothing changes
 	for {
 		_, err := d.q.Push(ctx, job)
 		switch {

@@ -197,6 +197,9 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	}
 	if impl == "dq" {
 		args = append(args, "-observe", b.observe)
+		if b.callerIDs {
+			args = append(args, "-caller-ids")
+		}
 		if s.takeover {
 			args = append(args, "-ttr", takeoverTTR.String())
 		}

@@ -89,6 +89,7 @@ type bench struct {
 	lJobs     int           // jobs in L
 	lSpread   time.Duration // L's jobs are due over this long
 	consumers int           // consumer processes in the multi topology
+	callerIDs bool          // -ids caller: L and E's jobs carry IDs of the producer's
 	// killSignal is how the takeover scenario ends the lease holder.
 	killSignal syscall.Signal
 
@@ -140,6 +141,7 @@ func run(ctx context.Context) error {
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.IntVar(&b.consumers, "consumers", 3, "consumer processes in the multi topology")
+	ids := flag.String("ids", "generated", "IDs of L and E's jobs: generated (by the queue) or caller (the producer's own, j<n>)")
 	killWith := flag.String("k-signal", "kill", "how K ends the lease holder: kill (SIGKILL) or stop (SIGSTOP, frozen)")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
 	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
@@ -158,6 +160,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&cuts.logLevel, "n-log", "", "log level of N's queues on stderr: debug, info or warn (empty: slog's default)")
 	hog := flag.Float64("hog", 0, "share of the machine's CPU that a competing process keeps busy while the scenarios run, in bursts on every core (0: none)")
 	flag.Parse()
+	b.callerIDs = *ids == "caller"
 	if *hog != 0 {
 		stopHog, err := startHog(*hog)
 		if err != nil {
@@ -208,6 +211,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.consumers < 1:
 		return fmt.Errorf("-consumers %d: at least 1", b.consumers)
+	case *ids != "generated" && *ids != "caller":
+		return fmt.Errorf("-ids %q: generated or caller", *ids)
 	case *killWith != "kill" && *killWith != "stop":
 		return fmt.Errorf("-k-signal %q: kill or stop", *killWith)
 	case b.lSpread < time.Millisecond:
