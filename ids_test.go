@@ -205,9 +205,10 @@ func TestAGeneratedIDIsNeverAcknowledgedForAnotherJob(t *testing.T) {
 		name := uniqueName(t)
 		logs := &capture{}
 		// One bucket, so that two instances of one number make the same
-		// IDs in the same order; with more, the bucket of the moment
-		// (idEpoch) picks among them too, and they meet only when it is
-		// the same for both.
+		// IDs in the same order. With more, each skips the counts outside
+		// its bucket of the moment (idEpoch), and they meet wherever both
+		// keep one count: the same check catches it, but not in an order
+		// a test can count on.
 		opts := []Option{WithName(name), WithLogger(logs.logger()), WithBuckets(1)}
 		q := newQueue(t, be.client, opts...)
 

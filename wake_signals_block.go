@@ -64,15 +64,16 @@ const maxTake = 64
 // topics that consumers wait for (not paused; a topic with signals held has
 // no waiter, see enlist), and its poke key; nil when it waits for none. It
 // records them as the call under way. n is how many signals the call may
-// take, all from the one list its reply comes from: as many as the waiting
-// consumers of a topic want jobs, so that a burst of jobs made ready
-// together goes to one process with one reply, and to one reserve call per
-// consumer (a Consume's fetch is one consumer wanting a job per free
-// handler), not a call per job in as many processes. So does each of the
-// calls a process makes on a Cluster, one per bucket: a burst lies in one
-// bucket (generated IDs fill one bucket at a time, ids.go), and signals
-// that come for consumers another bucket's reply has served are held for
-// their next look, then given back (deliverLocked).
+// take, all from the one list its reply comes from. With one call for
+// every bucket: as many as the waiting consumers of a topic want jobs, so
+// that a burst of jobs made ready together goes to one process with one
+// reply, and to one reserve call per consumer (a Consume's fetch is one
+// consumer wanting a job per free handler), not a call per job in as many
+// processes. With a call per bucket (a Cluster): one per waiting consumer.
+// A burst is spread over the buckets anyway, and the calls of a process,
+// each taking as many as its consumers want, would together take many
+// times that, holding the jobs back from every other process until this
+// one's consumers come for them.
 func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -87,9 +88,12 @@ func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 		for _, b := range g.buckets {
 			keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
 		}
-		want := 0
-		for _, wt := range tw.waiters {
-			want += wt.want
+		want := len(tw.waiters)
+		if len(w.groups) == 1 {
+			want = 0
+			for _, wt := range tw.waiters {
+				want += wt.want
+			}
 		}
 		n = max(n, want) // a reply takes signals from one list: one topic's
 	}
