@@ -17,7 +17,7 @@ import (
 // another instance's, so two (instance, count) pairs never spell one ID,
 // however many processes open the queue over its life; an ID is 4
 // characters to start with and grows by one for every 58-fold of instances
-// or of IDs.
+// or of counts (nextIn, below, leaves some counts unused).
 //
 // Should the counter ever go back (Redis lost the meta hash, or a failover
 // lost its last writes) while an older process still uses its number, a
@@ -64,8 +64,9 @@ const (
 	idRunTime = 10 * time.Millisecond
 	// maxTargetBuckets bounds the buckets among which IDs are picked: the
 	// generator hashes about as many IDs as there are buckets for each
-	// it keeps. Beyond it, IDs spread by their hash alone.
-	maxTargetBuckets = 256
+	// it keeps (about 45 ns each: 0.6 µs an ID with 8 buckets, 3 µs with
+	// 64). Beyond it, IDs spread by their hash alone.
+	maxTargetBuckets = 64
 )
 
 // nextIn returns a new ID whose bucket, among buckets, is the one of
