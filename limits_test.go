@@ -198,8 +198,10 @@ func consumersNeverExceed(t *testing.T, client redis.UniversalClient) {
 		qs = append(qs, q)
 	}
 	require.NoError(t, qs[0].SetLimits(ctx, "t", Limits{Concurrency: conc}))
-	for range jobs {
-		pushed(t, qs[0], &Job{Topic: "t"})
+	for i := range jobs {
+		// IDs of the caller's spread by their hash over every bucket
+		// (generated ones fill one bucket at a time).
+		pushed(t, qs[0], &Job{ID: fmt.Sprintf("j%d", i), Topic: "t"})
 	}
 	var running, most, done atomic.Int64
 	var wg sync.WaitGroup
