@@ -57,23 +57,28 @@ func (w *waits) poke(keys []string) {
 	}
 }
 
-// maxTake is the most signals one blocked call takes.
+// maxTake is the most signals one blocked call takes, and all of a
+// process's blocked calls together (wanted).
 const maxTake = 64
 
 // wanted returns the keys group g waits on now: the signal lists of the
 // topics that consumers wait for (not paused; a topic with signals held has
 // no waiter, see enlist), and its poke key; nil when it waits for none. It
 // records them as the call under way. n is how many signals the call may
-// take, all from the one list its reply comes from. With one call for
-// every bucket: as many as the waiting consumers of a topic want jobs, so
-// that a burst of jobs made ready together goes to one process with one
-// reply, and to one reserve call per consumer (a Consume's fetch is one
-// consumer wanting a job per free handler), not a call per job in as many
-// processes. With a call per bucket (a Cluster): one per waiting consumer.
-// A burst is spread over the buckets anyway, and the calls of a process,
-// each taking as many as its consumers want, would together take many
-// times that, holding the jobs back from every other process until this
-// one's consumers come for them.
+// take, all from the one list its reply comes from: as many as the waiting
+// consumers of a topic want jobs, so that a burst of jobs made ready
+// together goes to one process with one reply, and to one reserve call per
+// consumer (a Consume's fetch is one consumer wanting a job per free
+// handler), not a call per job in as many processes.
+//
+// No call takes more than maxTake. With a call per bucket (a Cluster), each
+// takes no more than its share of maxTake, or one per waiting consumer
+// where that is more: unless more consumers of a topic wait than a share,
+// a process's calls together take no more than its one call does
+// elsewhere, however the jobs lie over the buckets, and hold no more back
+// from other processes. A burst lies in one bucket (generated IDs fill one
+// bucket at a time, ids.go), and the reserve call a signal wakes claims
+// the signals left beside it (reserve.lua).
 func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -88,13 +93,11 @@ func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 		for _, b := range g.buckets {
 			keys[w.q.keys.bucket(b).signals(topic)] = sigKey{b, topic}
 		}
-		want := len(tw.waiters)
-		if len(w.groups) == 1 {
-			want = 0
-			for _, wt := range tw.waiters {
-				want += wt.want
-			}
+		want := 0
+		for _, wt := range tw.waiters {
+			want += wt.want
 		}
+		want = min(want, max(len(tw.waiters), maxTake/len(w.groups)))
 		n = max(n, want) // a reply takes signals from one list: one topic's
 	}
 	if len(keys) == 0 {

@@ -172,54 +172,67 @@ func TestABurstOfJobsGoesToOneConsumeInOneReserveCall(t *testing.T) {
 		if be.mini != nil {
 			t.Skip("miniredis has no BLMPOP: a blocked call takes one signal")
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		const processes, jobs = 4, 8
-		name := uniqueName(t)
-		producer := newQueue(t, be.client, WithName(name), WithBuckets(1))
-		counter := &reserveCounter{}
-		got := make(chan string, jobs)
-		release := make(chan struct{})
-		handler := func(_ context.Context, job *Job) error {
-			got <- job.ID
-			<-release
-			return nil
-		}
-		var consumers []*DelayQueue
-		errs := make(chan error, processes)
-		for range processes {
-			c := anotherClient(t, be.client)
-			c.AddHook(counter)
-			q := newQueue(t, c, WithName(name), WithBuckets(1))
-			consumers = append(consumers, q)
-			go func() { errs <- q.Consume(ctx, "t", handler, ConsumeOptions{Concurrency: 16, Grace: time.Minute}) }()
-		}
-		for _, q := range consumers {
-			subscribed(t, q, "t") // the looks that the confirmations bring are over
-		}
-		require.Eventually(t, allBlockedFor(consumers, "t"), 30*time.Second, time.Millisecond, "every consumer waits")
-		calls, empty := counter.calls.Load(), counter.empty.Load()
-		burst := make([]*Job, jobs)
-		for i := range burst {
-			burst[i] = &Job{Topic: "t"}
-		}
-		_, err := producer.PushMany(ctx, burst)
-		require.NoError(t, err)
-		for i := range jobs {
-			select {
-			case <-got:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("job %d never came", i)
-			}
-		}
-		assert.Equal(t, int64(1), counter.calls.Load()-calls, "one reserve call for the burst")
-		assert.Zero(t, counter.empty.Load()-empty, "no reserve call found nothing")
-		close(release)
-		cancel()
-		for range processes {
-			assert.NoError(t, <-errs)
+		// With 8 buckets a Cluster process has a blocked call per bucket;
+		// the burst's generated IDs share one bucket.
+		for _, buckets := range []int{1, 8} {
+			t.Run(fmt.Sprintf("%d buckets", buckets), func(t *testing.T) {
+				burstToOneConsume(t, be, buckets)
+			})
 		}
 	})
+}
+
+// burstToOneConsume pushes a burst of jobs to 4 waiting Consume instances
+// of a queue of the given buckets, and checks that one reserve call took
+// them all.
+func burstToOneConsume(t *testing.T, be backend, buckets int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const processes, jobs = 4, 8
+	name := uniqueName(t)
+	producer := newQueue(t, be.client, WithName(name), WithBuckets(buckets))
+	counter := &reserveCounter{}
+	got := make(chan string, jobs)
+	release := make(chan struct{})
+	handler := func(_ context.Context, job *Job) error {
+		got <- job.ID
+		<-release
+		return nil
+	}
+	var consumers []*DelayQueue
+	errs := make(chan error, processes)
+	for range processes {
+		c := anotherClient(t, be.client)
+		c.AddHook(counter)
+		q := newQueue(t, c, WithName(name), WithBuckets(buckets))
+		consumers = append(consumers, q)
+		go func() { errs <- q.Consume(ctx, "t", handler, ConsumeOptions{Concurrency: 16, Grace: time.Minute}) }()
+	}
+	for _, q := range consumers {
+		subscribed(t, q, "t") // the looks that the confirmations bring are over
+	}
+	require.Eventually(t, allBlockedFor(consumers, "t"), 30*time.Second, time.Millisecond, "every consumer waits")
+	calls, empty := counter.calls.Load(), counter.empty.Load()
+	burst := make([]*Job, jobs)
+	for i := range burst {
+		burst[i] = &Job{Topic: "t"}
+	}
+	_, err := producer.PushMany(ctx, burst)
+	require.NoError(t, err)
+	for i := range jobs {
+		select {
+		case <-got:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("job %d never came", i)
+		}
+	}
+	assert.Equal(t, int64(1), counter.calls.Load()-calls, "one reserve call for the burst")
+	assert.Zero(t, counter.empty.Load()-empty, "no reserve call found nothing")
+	close(release)
+	cancel()
+	for range processes {
+		assert.NoError(t, <-errs)
+	}
 }
 
 // Signals a consumer took for a reserve call that failed go on to another
@@ -292,36 +305,53 @@ func (f *failReserves) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// A blocked call takes as many signals as the waiting consumers want jobs
-// where one call waits for every bucket; where each bucket has a call of
-// its own (a Cluster), one per consumer, so that a process's calls do not
-// together hold back many times what its consumers want.
+// A blocked call takes as many signals as the waiting consumers want jobs,
+// up to maxTake. Where each bucket has a call of its own (a Cluster), each
+// takes up to its share of maxTake, so that a process's calls together
+// hold back no more than its one call does elsewhere; but one per
+// consumer where more consumers wait.
 func TestABlockedCallTakesNoMoreSignalsThanItsProcessCanUse(t *testing.T) {
-	for _, groups := range []int{1, 4} {
+	for _, groups := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d blocked calls", groups), func(t *testing.T) {
-			q := newQueue(t, miniredisClient(t), WithBuckets(4))
+			q := newQueue(t, miniredisClient(t), WithBuckets(8))
 			w := &waits{q: q, token: "test", topics: map[string]*topicWait{}}
 			w.ctx, w.cancel = context.WithCancel(context.Background())
 			defer w.cancel()
 			for g := range groups {
 				wg := &waitGroup{buckets: []int{g}, poke: q.keys.bucket(g).poke(w.token)}
 				if groups == 1 {
-					wg.buckets = []int{0, 1, 2, 3}
+					wg.buckets = []int{0, 1, 2, 3, 4, 5, 6, 7}
 				}
 				w.groups = append(w.groups, wg)
 			}
 			tw := w.topicLocked("t")
 			tw.waiters = append(tw.waiters, &waiter{want: 16}, &waiter{want: 1})
 			w.topicLocked("u").waiters = []*waiter{{want: 5}}
-			keys, n := w.wanted(w.groups[0])
-			assert.Len(t, keys, 2*4/groups+1, "the signal lists of its buckets, and its poke key")
+			total := 0
+			for _, g := range w.groups {
+				keys, n := w.wanted(g)
+				assert.Len(t, keys, 2*8/groups+1, "the signal lists of its buckets, and its poke key")
+				total += n
+			}
 			// A reply takes signals from one list: as many as one topic's
 			// consumers want, not the topics' sum.
 			if groups == 1 {
-				assert.Equal(t, 17, n, "as many as the consumers want")
+				assert.Equal(t, 17, total, "as many as the consumers want")
 			} else {
-				assert.Equal(t, 2, n, "one per consumer")
+				assert.Equal(t, maxTake, total, "a share of maxTake each")
 			}
+
+			// Many consumers waiting, each for a job: one signal each.
+			tw.waiters, w.topicLocked("u").waiters = nil, nil
+			w.topicLocked("v").waiters = make([]*waiter, 100)
+			for i := range w.topicLocked("v").waiters {
+				w.topicLocked("v").waiters[i] = &waiter{want: 1}
+			}
+			_, n := w.wanted(w.groups[0])
+			assert.Equal(t, maxTake, n, "no call takes more than maxTake")
+			w.topicLocked("v").waiters = w.topicLocked("v").waiters[:12]
+			_, n = w.wanted(w.groups[0])
+			assert.Equal(t, 12, n, "one per consumer")
 		})
 	}
 }
