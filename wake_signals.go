@@ -59,7 +59,10 @@ type topicWait struct {
 	avail   []int     // per bucket: signals left, as the last reserve call said; unknown at first
 	held    []int     // per bucket: signals taken while no consumer waited
 	recheck []bool    // per bucket: a look after strandedAfter is due
-	paused  bool      // a reserve call found the topic paused; until a resume
+	// per bucket: since when every reply said jobs were left without a
+	// signal (zero: the last said the list ran dry)
+	bare   []time.Time
+	paused bool // a reserve call found the topic paused; until a resume
 }
 
 // waiter is one waiting consumer, wanting up to want jobs. The signals
@@ -147,7 +150,7 @@ func (w *waits) topicLocked(topic string) *topicWait {
 	tw := w.topics[topic]
 	if tw == nil {
 		n := w.q.opts.buckets
-		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n)}
+		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), bare: make([]time.Time, n)}
 		for b := range tw.avail {
 			tw.avail[b] = unknown
 		}
@@ -222,6 +225,12 @@ func (w *waits) settle(topic string, b, left int, unsignalled bool, status reser
 	if status == reservePaused {
 		tw.paused = true
 		return
+	}
+	switch {
+	case unsignalled && tw.bare[b].IsZero():
+		tw.bare[b] = time.Now()
+	case !unsignalled && left == 0:
+		tw.bare[b] = time.Time{} // no job left: none without a signal
 	}
 	if unsignalled && !tw.recheck[b] {
 		tw.recheck[b] = true
@@ -302,13 +311,21 @@ func (w *waits) unused(topic string, b, n int) {
 
 // lookStranded has a waiting consumer of topic look at bucket b, where a
 // reserve call took the last signal a while ago and none came since: a job
-// whose signal was lost is taken there (reserve.lua).
+// whose signal was lost is taken there (reserve.lua). Jobs left without a
+// signal are mostly those whose signals other processes took and are about
+// to use: a list that ran dry since, as a reply of this process said, left
+// no job behind, and one whose replies have said so for less than
+// strandedAfter is looked at once they have said it that long.
 func (w *waits) lookStranded(topic string, b int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
+	if bare := time.Since(tw.bare[b]); !tw.bare[b].IsZero() && bare < strandedAfter && w.ctx.Err() == nil {
+		time.AfterFunc(strandedAfter-bare, func() { w.lookStranded(topic, b) })
+		return
+	}
 	tw.recheck[b] = false
-	if w.ctx.Err() != nil || tw.paused || tw.avail[b] != 0 || len(tw.waiters) == 0 {
+	if w.ctx.Err() != nil || tw.bare[b].IsZero() || tw.paused || tw.avail[b] != 0 || len(tw.waiters) == 0 {
 		return
 	}
 	tw.avail[b] = unknown

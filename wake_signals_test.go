@@ -356,6 +356,45 @@ func TestABlockedCallTakesNoMoreSignalsThanItsProcessCanUse(t *testing.T) {
 	}
 }
 
+// Jobs left without a signal are mostly jobs whose signals other processes
+// took and are about to use. A waiting consumer looks for a lost signal
+// only once this process's replies have said for strandedAfter that jobs
+// were left without one, and not when one said since that the list ran
+// dry.
+func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
+	q := newQueue(t, miniredisClient(t), WithBuckets(1))
+	w := &waits{q: q, token: "test", topics: map[string]*topicWait{}}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	defer w.cancel()
+	wt := &waiter{wake: make(chan wakeUp, 1), want: 1}
+	tw := w.topicLocked("t")
+	tw.waiters = []*waiter{wt}
+	woken := func() bool {
+		select {
+		case <-wt.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	w.settle("t", 0, 0, true, reserveRanOut) // jobs left without a signal
+	w.lookStranded("t", 0)
+	assert.False(t, woken(), "not before the list stayed bare that long")
+	w.settle("t", 0, 0, false, reserveRanOut) // the list ran dry
+	w.mu.Lock()
+	assert.True(t, tw.bare[0].IsZero())
+	w.mu.Unlock()
+	w.lookStranded("t", 0)
+	assert.False(t, woken(), "the list ran dry since")
+
+	w.settle("t", 0, 0, true, reserveRanOut)
+	w.mu.Lock()
+	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
+	w.mu.Unlock()
+	w.lookStranded("t", 0)
+	assert.True(t, woken(), "a consumer looks once the list stayed bare that long")
+}
+
 // A process that waits for many topics holds a blocked call per bucket
 // group, not one per topic: a handful of connections.
 func TestWaitingForManyTopicsTakesAHandfulOfConnections(t *testing.T) {
