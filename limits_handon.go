@@ -105,7 +105,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		}
 		jobs, st, left, rerr := q.reserved(ctx, l.Key.b, l.Key.topic, ress[i])
 		if rerr == nil {
-			w.settle(l.Key.topic, l.Key.b, max(left, 0), left < 0, st)
+			w.settle(l.Key.topic, l.Key.b, left, st)
 			q.observeReserved(ctx, jobs)
 		}
 		for j, r := range l.Reqs {

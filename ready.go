@@ -33,10 +33,10 @@ type reserveCall struct {
 	greedy bool // take as many as asked, whatever the signals
 	jobs   []*Job
 	status reserveStatus
-	left   int // signals the list holds after the call
-	// unsignalled: the call took the list's last signal and left jobs in
-	// it (their signals are on their way, or were lost).
-	unsignalled bool
+	// left is the signals the list holds after the call; or, when none,
+	// reserveNoSignal (jobs are left: their signals are on their way, or
+	// were lost) or reserveDry (no job is left).
+	left int
 }
 
 // reserve pops and reserves up to want ready jobs of topic from bucket b,
@@ -89,7 +89,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
-			r.In.status, r.In.left, r.In.unsignalled, r.Err = status, max(left, 0), left == reserveNoSignal, err
+			r.In.status, r.In.left, r.Err = status, left, err
 		}
 	}
 }
@@ -150,7 +150,7 @@ func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
 		}
 		jobs = append(jobs, job)
 	}
-	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal
+	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal or reserveDry
 }
 
 // withSignal puts first in looks the bucket of the signals that woke a
@@ -275,7 +275,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				}
 			}
 			if err == nil {
-				w.settle(topic, l.b, c.left, c.unsignalled, c.status)
+				w.settle(topic, l.b, c.left, c.status)
 				q.observeReserved(ctx, c.jobs)
 				got = append(got, c.jobs...)
 				again = again || c.status == reserveStale

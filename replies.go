@@ -39,6 +39,10 @@ const (
 // or were lost).
 const reserveNoSignal = -1
 
+// reserveDry stands in reserve.lua's reply for the signals left when none
+// is, and the call read the list to its end: it holds no job.
+const reserveDry = -2
+
 // finish.lua's answer for a job.
 const (
 	finishDone        = 1

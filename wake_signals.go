@@ -215,22 +215,25 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 	return looks
 }
 
-// settle records what a reserve call on bucket b said: the signals left,
-// whether jobs were left without one, and whether the topic is paused.
-func (w *waits) settle(topic string, b, left int, unsignalled bool, status reserveStatus) {
+// settle records what a reserve call on bucket b said: the signals left
+// (or reserveNoSignal: none, and jobs are left without one; reserveDry:
+// none, and no job is left), and whether the topic is paused.
+func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
+	unsignalled := left == reserveNoSignal
+	switch {
+	case unsignalled && tw.bare[b].IsZero():
+		tw.bare[b] = time.Now()
+	case left == reserveDry:
+		tw.bare[b] = time.Time{} // no job left: none without a signal
+	}
+	left = max(left, 0)
 	tw.avail[b] = left
 	if status == reservePaused {
 		tw.paused = true
 		return
-	}
-	switch {
-	case unsignalled && tw.bare[b].IsZero():
-		tw.bare[b] = time.Now()
-	case !unsignalled && left == 0:
-		tw.bare[b] = time.Time{} // no job left: none without a signal
 	}
 	if unsignalled && !tw.recheck[b] {
 		tw.recheck[b] = true

@@ -57,8 +57,9 @@ func (w *waits) poke(keys []string) {
 	}
 }
 
-// maxTake is the most signals one blocked call takes, and all of a
-// process's blocked calls together (wanted).
+// maxTake is the most signals one blocked call takes, and (unless more
+// consumers of a topic wait than a call's share of it) all of a process's
+// blocked calls together (wanted).
 const maxTake = 64
 
 // wanted returns the keys group g waits on now: the signal lists of the
@@ -72,13 +73,15 @@ const maxTake = 64
 // handler), not a call per job in as many processes.
 //
 // No call takes more than maxTake. With a call per bucket (a Cluster), each
-// takes no more than its share of maxTake, or one per waiting consumer
-// where that is more: unless more consumers of a topic wait than a share,
-// a process's calls together take no more than its one call does
-// elsewhere, however the jobs lie over the buckets, and hold no more back
-// from other processes. A burst lies in one bucket (generated IDs fill one
-// bucket at a time, ids.go), and the reserve call a signal wakes claims
-// the signals left beside it (reserve.lua).
+// takes no more than its share of maxTake (8 of 8 buckets'), or one per
+// waiting consumer where that is more, as before shares. A burst lies in
+// one bucket (generated IDs fill one bucket at a time, ids.go), and the
+// reserve call a signal wakes claims the signals left beside it
+// (reserve.lua). Where jobs lie in every bucket (IDs of the caller's), a
+// process's calls may together take more than its consumers want: up to
+// maxTake in all, against one call's want on one server. The signals no
+// consumer came for are held a moment, then given back (deliverLocked),
+// and those a dying process held are found by the look for lost signals.
 func (w *waits) wanted(g *waitGroup) (keys map[string]sigKey, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

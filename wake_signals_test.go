@@ -308,9 +308,9 @@ func (f *failReserves) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // A blocked call takes as many signals as the waiting consumers want jobs,
 // up to maxTake. Where each bucket has a call of its own (a Cluster), each
 // takes up to its share of maxTake, so that a process's calls together
-// hold back no more than its one call does elsewhere; but one per
-// consumer where more consumers wait.
-func TestABlockedCallTakesNoMoreSignalsThanItsProcessCanUse(t *testing.T) {
+// take no more than maxTake; but one per consumer where more consumers
+// wait.
+func TestBlockedCallsTakeUpToAShareOfTheSignals(t *testing.T) {
 	for _, groups := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d blocked calls", groups), func(t *testing.T) {
 			q := newQueue(t, miniredisClient(t), WithBuckets(8))
@@ -377,22 +377,63 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 			return false
 		}
 	}
-	w.settle("t", 0, 0, true, reserveRanOut) // jobs left without a signal
+	w.settle("t", 0, reserveNoSignal, reserveRanOut) // jobs left without a signal
 	w.lookStranded("t", 0)
 	assert.False(t, woken(), "not before the list stayed bare that long")
-	w.settle("t", 0, 0, false, reserveRanOut) // the list ran dry
+	w.settle("t", 0, reserveDry, reserveRanOut) // the list ran dry
 	w.mu.Lock()
 	assert.True(t, tw.bare[0].IsZero())
 	w.mu.Unlock()
 	w.lookStranded("t", 0)
 	assert.False(t, woken(), "the list ran dry since")
 
-	w.settle("t", 0, 0, true, reserveRanOut)
+	w.settle("t", 0, 0, reserveRanOut) // signals used up: says nothing of the jobs
+	w.mu.Lock()
+	assert.True(t, tw.bare[0].IsZero())
+	w.mu.Unlock()
+	w.settle("t", 0, reserveNoSignal, reserveRanOut)
 	w.mu.Lock()
 	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
 	w.mu.Unlock()
 	w.lookStranded("t", 0)
 	assert.True(t, woken(), "a consumer looks once the list stayed bare that long")
+}
+
+// A reserve call says whether jobs are left without a signal, and says the
+// list ran dry only when it read the list to its end: a call that took
+// nothing because no signal was left, while a job heads the list, says that
+// jobs are left, so that a look for a lost signal comes.
+func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		pushed(t, q, &Job{Topic: "t"})
+		pushed(t, q, &Job{Topic: "t"})
+		pushed(t, q, &Job{Topic: "t"})
+		// Another process takes two of the signals, and holds them.
+		sig := q.keys.bucket(0).signals("t")
+		require.NoError(t, be.client.LPopCount(ctx, sig, 2).Err())
+
+		c, err := q.reserve(ctx, 0, "t", 2, 0, false)
+		require.NoError(t, err)
+		assert.Len(t, c.jobs, 1, "the one signal left")
+		assert.Equal(t, reserveNoSignal, c.left, "jobs are left, their signals held elsewhere")
+
+		c, err = q.reserve(ctx, 0, "t", 2, 0, false)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs)
+		assert.Equal(t, reserveNoSignal, c.left, "no signal, and a job heads the list")
+
+		c, err = q.reserve(ctx, 0, "t", 2, 2, false) // the holder comes
+		require.NoError(t, err)
+		assert.Len(t, c.jobs, 2)
+		assert.Equal(t, reserveDry, c.left, "the call read the list to its end")
+
+		c, err = q.reserve(ctx, 0, "t", 2, 0, false)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs)
+		assert.Equal(t, 0, c.left, "it took nothing: no word on the jobs")
+	})
 }
 
 // A process that waits for many topics holds a blocked call per bucket

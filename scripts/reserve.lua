@@ -21,7 +21,8 @@
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
 -- list still holds jobs, whose signals are on their way or were lost with
--- a consumer that died holding them), and status 1 when as
+-- a consumer that died holding them; -2: none, and the call read the list
+-- to its end: it holds no job), and status 1 when as
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
 -- 3 when the topic is paused (the caller's signals are put back).
@@ -59,6 +60,8 @@ local RESERVE_STALE = 2 -- the stale IDs dropped reached the limit
 local RESERVE_PAUSED = 3 -- the topic is paused
 -- In place of the signals left: none, and the list still holds jobs.
 local RESERVE_NO_SIGNAL = -1
+-- In place of the signals left: none, and the list holds no job.
+local RESERVE_DRY = -2
 
 -- trimmed records n entries trimmed from the head of topic's ready list,
 -- which still holds entries when left is true; an empty list's count
@@ -125,19 +128,30 @@ local now_ms = floor(now / 1000)
 local head = gone(KEYS[6], topic)
 local left = redis.call('LLEN', signals)
 
--- head_waited reports whether the list's first entry, at place at, stands
--- for a job ready for over a second.
-local function head_waited(at)
+-- head_job reports whether the list's first entry, at place at, stands
+-- for a ready job, and whether that job has been ready for over a second.
+local function head_job(at)
   local id = redis.call('LRANGE', ready, 0, 0)[1]
   local v = id and redis.call('HGET', pool, id)
-  return at_place(v, topic, at) and now_ms - read48(v, AT) > stranded
+  if not at_place(v, topic, at) then
+    return false, false
+  end
+  return true, now_ms - read48(v, AT) > stranded
 end
 
 local want = math.min(asked, held + left)
+-- waiting: no signal is left, and a job heads the list, ready for under a
+-- second (the call says so rather than that nothing is left).
+local waiting = false
 if ARGV[8] == '1' then
   want = asked
-elseif want == 0 and head_waited(head) then
-  want = 1
+elseif want == 0 then
+  local job, waited = head_job(head)
+  if waited then
+    want = 1
+  else
+    waiting = job
+  end
 end
 
 -- The IDs are read first and trimmed off the list last, after the jobs are
@@ -146,8 +160,9 @@ end
 -- Each read takes one entry more than it needs: whether the list holds
 -- more than the call takes (beyond) comes with it, not from an LLEN.
 local found, jobs = {}, {} -- jobs: encoded
-local status, stale, taken, beyond = RESERVE_FILLED, 0, 0, false
+local status, stale, taken, beyond, read = RESERVE_FILLED, 0, 0, false, false
 while #found < want do
+  read = true
   local more = want - #found
   local ids = redis.call('LRANGE', ready, taken, taken + more)
   local n = math.min(#ids, more)
@@ -184,6 +199,11 @@ if #found == 0 then
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
     trimmed(KEYS[6], topic, taken, beyond)
+  end
+  if left == 0 and waiting then
+    return {status, RESERVE_NO_SIGNAL}
+  elseif left == 0 and read and not beyond then
+    return {status, RESERVE_DRY}
   end
   return {status, left}
 end
@@ -222,7 +242,7 @@ if claimed > 0 then
 end
 redis.call('LTRIM', ready, taken, -1)
 trimmed(KEYS[6], topic, taken, beyond)
-if left == 0 and beyond and head_waited(head + taken) then
+if left == 0 and beyond and select(2, head_job(head + taken)) then
   -- A job left behind without a signal: one for it, so that a waiting
   -- consumer comes for it.
   signal_list(signals, 1)
@@ -231,6 +251,8 @@ end
 out[2] = left
 if left == 0 and beyond then
   out[2] = RESERVE_NO_SIGNAL -- no signal left for the jobs the list still holds
+elseif left == 0 then
+  out[2] = RESERVE_DRY
 end
 tally(KEYS[6], READY, topic, -#found)
 tally(KEYS[6], RESERVED, topic, #found)
