@@ -83,6 +83,10 @@ type childConfig struct {
 	// reported. handlers is Consume's Concurrency.
 	work     time.Duration
 	handlers int
+	// flushEach: each receipt is written out before the handler returns,
+	// for a process that may be killed: a job it finished is then never
+	// one the parent did not hear of.
+	flushEach bool
 }
 
 func parseChildFlags(args []string) (*childConfig, error) {
@@ -106,6 +110,7 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.DurationVar(&c.ttr, "ttr", time.Minute, "dq: the jobs' TTR")
 	fs.DurationVar(&c.work, "work", 0, "dq, consume: each handler takes this long, and reports its span")
 	fs.IntVar(&c.handlers, "handlers", workers, "dq, consume: Consume's Concurrency")
+	fs.BoolVar(&c.flushEach, "flush-each", false, "write each receipt out at once, before the job is finished (a process that may be killed)")
 	fs.StringVar(&c.logLevel, "log", "", "dq: log the queue at this level (debug, info, warn) on stderr, with microsecond times")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -150,6 +155,7 @@ func runChild(args []string) error {
 	go readControl(os.Stdin, base, stop)
 
 	out := newReporter(os.Stdout)
+	out.flushEach = c.flushEach
 	res := c.run(ctx, base, out)
 	return out.finish(res)
 }
@@ -435,15 +441,19 @@ func (d *queue) close(ctx context.Context) error {
 
 // reporter writes a child's lines to stdout. Receipts are buffered and
 // flushed every 10 ms, so that writing them costs the consumers little and
-// the parent still sees them as they come.
+// the parent still sees them as they come; with flushEach, each is written
+// out at once, so that a process killed mid-run has reported every job it
+// received (the last 10 ms of receipts die with it otherwise, while their
+// jobs are finished).
 type reporter struct {
-	mu   sync.Mutex
-	w    *bufio.Writer
-	buf  []byte
-	n    int
-	err  error // the first body that could not be read
-	stop chan struct{}
-	done chan struct{}
+	mu        sync.Mutex
+	w         *bufio.Writer
+	flushEach bool
+	buf       []byte
+	n         int
+	err       error // the first body that could not be read
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func newReporter(w io.Writer) *reporter {
@@ -481,6 +491,9 @@ func (r *reporter) record(body []byte, reserved time.Time) {
 	dueAt := time.UnixMilli(due)
 	r.buf = appendReceipt(r.buf[:0], receipt{job: job, at: at, due: dueAt, early: !reserved.IsZero() && reserved.Before(dueAt)})
 	_, _ = r.w.Write(r.buf)
+	if r.flushEach {
+		_ = r.w.Flush()
+	}
 	r.n++
 }
 

@@ -204,6 +204,9 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 			args = append(args, "-ttr", takeoverTTR.String())
 		}
 	}
+	if s.takeover {
+		args = append(args, "-flush-each") // the killed process's receipts too
+	}
 	var pusher *proc
 	var err error
 	switch {

@@ -171,6 +171,18 @@ func TestSingleProcessDeliversEveryJob(t *testing.T) {
 	}
 }
 
+// A process that may be killed writes each receipt out before its handler
+// returns: the receipts still in the buffer would die with it, while their
+// jobs are finished, and the parent would count them missing.
+func TestAReporterWritesEachReceiptOutAtOnce(t *testing.T) {
+	var buf bytes.Buffer
+	out := &reporter{w: bufio.NewWriterSize(&buf, 64<<10), flushEach: true} // no ticker
+	out.record(jobBody(7, time.Now().UnixMilli()), time.Time{})
+	got := newReceipts(8)
+	require.NoError(t, got.add(bytes.TrimRight(buf.Bytes(), "\n")))
+	assert.Equal(t, 1, got.distinct, "written before record returned")
+}
+
 func TestHogRefusesASharePastTheMachine(t *testing.T) {
 	for _, share := range []float64{-0.1, 0, 1, 1.5} {
 		_, err := startHog(share)
