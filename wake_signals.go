@@ -318,7 +318,8 @@ func (w *waits) unused(topic string, b, n int) {
 // signal are mostly those whose signals other processes took and are about
 // to use: a list that ran dry since, as a reply of this process said, left
 // no job behind, and one whose replies have said so for less than
-// strandedAfter is looked at once they have said it that long.
+// strandedAfter is looked at once they have said it that long: by a
+// waiting consumer, or else by the next of the process's consumers to look.
 func (w *waits) lookStranded(topic string, b int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -328,10 +329,13 @@ func (w *waits) lookStranded(topic string, b int) {
 		return
 	}
 	tw.recheck[b] = false
-	if w.ctx.Err() != nil || tw.bare[b].IsZero() || tw.paused || tw.avail[b] != 0 || len(tw.waiters) == 0 {
+	if w.ctx.Err() != nil || tw.bare[b].IsZero() || tw.paused || tw.avail[b] != 0 {
 		return
 	}
-	tw.avail[b] = unknown
+	tw.avail[b] = unknown // no consumer waiting: the next to look looks there (plan)
+	if len(tw.waiters) == 0 {
+		return
+	}
 	wt := tw.waiters[0]
 	tw.waiters = tw.waiters[1:]
 	wt.wake <- wakeUp{b: noSignal}

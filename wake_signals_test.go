@@ -387,16 +387,27 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 	w.lookStranded("t", 0)
 	assert.False(t, woken(), "the list ran dry since")
 
-	w.settle("t", 0, 0, reserveRanOut) // signals used up: says nothing of the jobs
+	w.settle("t", 0, reserveNoSignal, reserveRanOut)
+	w.settle("t", 0, 0, reserveRanOut) // took nothing: says nothing of the jobs
 	w.mu.Lock()
-	assert.True(t, tw.bare[0].IsZero())
+	assert.False(t, tw.bare[0].IsZero(), "still bare")
+	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
+	w.mu.Unlock()
+	w.lookStranded("t", 0)
+	assert.True(t, woken(), "a consumer looks once the list stayed bare that long")
+
+	// No consumer waits when the time comes: the next to look looks there.
+	w.mu.Lock()
+	tw.waiters = nil
+	tw.avail[0] = 0
 	w.mu.Unlock()
 	w.settle("t", 0, reserveNoSignal, reserveRanOut)
 	w.mu.Lock()
 	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
 	w.mu.Unlock()
 	w.lookStranded("t", 0)
-	assert.True(t, woken(), "a consumer looks once the list stayed bare that long")
+	looks := w.plan("t", 1, 0, false)
+	assert.Equal(t, []look{{b: 0, n: 1}}, looks, "the next consumer looks at the list")
 }
 
 // A reserve call says whether jobs are left without a signal, and says the
@@ -407,6 +418,7 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(1))
+		start := time.Now()
 		pushed(t, q, &Job{Topic: "t"})
 		pushed(t, q, &Job{Topic: "t"})
 		pushed(t, q, &Job{Topic: "t"})
@@ -421,6 +433,11 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 
 		c, err = q.reserve(ctx, 0, "t", 2, 0, false)
 		require.NoError(t, err)
+		if time.Since(start) >= time.Second {
+			// The head job waited over a second: a call takes it
+			// regardless (a lost signal), and this test says nothing.
+			t.Skip("the machine stalled for over a second")
+		}
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveNoSignal, c.left, "no signal, and a job heads the list")
 
