@@ -73,8 +73,8 @@ const maxTake = 64
 // handler), not a call per job in as many processes.
 //
 // No call takes more than maxTake. With a call per bucket (a Cluster), each
-// takes no more than its share of maxTake (8 of 8 buckets'), or one per
-// waiting consumer where that is more, as before shares. A burst lies in
+// takes no more than its share of maxTake (8 with 8 buckets), or one per
+// waiting consumer where that is more. A burst lies in
 // one bucket (generated IDs fill one bucket at a time, ids.go), and the
 // reserve call a signal wakes claims the signals left beside it
 // (reserve.lua). Where jobs lie in every bucket (IDs of the caller's), a

@@ -49,6 +49,15 @@ func blockedFor(q *DelayQueue, topic string) bool {
 	return true
 }
 
+// idleWaits is a process's waits with no blocked call running, for tests
+// that drive its bookkeeping by hand; it closes with the test.
+func idleWaits(t *testing.T, q *DelayQueue) *waits {
+	w := &waits{q: q, token: "test", topics: map[string]*topicWait{}}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	t.Cleanup(w.cancel)
+	return w
+}
+
 // allBlockedFor returns a condition: every blocked call of each of qs
 // waits for topic.
 func allBlockedFor(qs []*DelayQueue, topic string) func() bool {
@@ -314,9 +323,7 @@ func TestBlockedCallsTakeUpToAShareOfTheSignals(t *testing.T) {
 	for _, groups := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d blocked calls", groups), func(t *testing.T) {
 			q := newQueue(t, miniredisClient(t), WithBuckets(8))
-			w := &waits{q: q, token: "test", topics: map[string]*topicWait{}}
-			w.ctx, w.cancel = context.WithCancel(context.Background())
-			defer w.cancel()
+			w := idleWaits(t, q)
 			for g := range groups {
 				wg := &waitGroup{buckets: []int{g}, poke: q.keys.bucket(g).poke(w.token)}
 				if groups == 1 {
@@ -363,9 +370,7 @@ func TestBlockedCallsTakeUpToAShareOfTheSignals(t *testing.T) {
 // dry.
 func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 	q := newQueue(t, miniredisClient(t), WithBuckets(1))
-	w := &waits{q: q, token: "test", topics: map[string]*topicWait{}}
-	w.ctx, w.cancel = context.WithCancel(context.Background())
-	defer w.cancel()
+	w := idleWaits(t, q)
 	wt := &waiter{wake: make(chan wakeUp, 1), want: 1}
 	tw := w.topicLocked("t")
 	tw.waiters = []*waiter{wt}

@@ -154,8 +154,7 @@ func runChild(args []string) error {
 	base := make(chan int64, 1)
 	go readControl(os.Stdin, base, stop)
 
-	out := newReporter(os.Stdout)
-	out.flushEach = c.flushEach
+	out := newReporter(os.Stdout, c.flushEach)
 	res := c.run(ctx, base, out)
 	return out.finish(res)
 }
@@ -456,8 +455,8 @@ type reporter struct {
 	done      chan struct{}
 }
 
-func newReporter(w io.Writer) *reporter {
-	r := &reporter{w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
+func newReporter(w io.Writer, flushEach bool) *reporter {
+	r := &reporter{w: bufio.NewWriterSize(w, 64<<10), flushEach: flushEach, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.flushLoop()
 	return r
 }

@@ -134,7 +134,7 @@ func TestSingleProcessDeliversEveryJob(t *testing.T) {
 			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 			defer stop()
 			var buf syncbuf.Buffer
-			out := newReporter(&buf)
+			out := newReporter(&buf, false)
 			base := make(chan int64, 1)
 			first := time.Now().Add(100 * time.Millisecond)
 			base <- first.UnixMilli()
