@@ -458,6 +458,48 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 	})
 }
 
+// A reserve call that takes a job whose signal was lost (it waited over a
+// second with none left) adds a signal for the job behind it, when that
+// one waited as long too, so that a waiting consumer comes for it; it adds
+// none for a job behind that is fresh, whose signal is on its way.
+func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		bk := q.keys.bucket(0)
+		ids := []string{pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"})}
+		// Every signal was lost with a process that died, and the first two
+		// jobs have waited for a minute since.
+		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
+		for _, id := range ids[:2] {
+			v, err := be.client.HGet(ctx, bk.pool, id).Bytes()
+			require.NoError(t, err)
+			at := time.Now().Add(-time.Minute).UnixMilli()
+			for i := range 6 { // the 6-byte at_ms, from the 10th byte (codec.go)
+				v[9+i] = byte(at >> (8 * (5 - i)))
+			}
+			require.NoError(t, be.client.HSet(ctx, bk.pool, id, v).Err())
+		}
+
+		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1)
+		assert.Equal(t, ids[0], c.jobs[0].ID)
+		assert.Equal(t, 1, c.left, "a signal for the stranded job behind it")
+		n, err := be.client.LLen(ctx, bk.signals("t")).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n)
+
+		// A consumer takes that signal, as a blocked call does, and comes.
+		require.NoError(t, be.client.LPop(ctx, bk.signals("t")).Err())
+		c, err = q.reserve(ctx, 0, "t", 1, 1, false)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1)
+		assert.Equal(t, ids[1], c.jobs[0].ID)
+		assert.Equal(t, reserveNoSignal, c.left, "the job behind is fresh: no signal for it")
+	})
+}
+
 // A process that waits for many topics holds a blocked call per bucket
 // group, not one per topic: a handful of connections.
 func TestWaitingForManyTopicsTakesAHandfulOfConnections(t *testing.T) {

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---#include codec header counts places entries clock wake signals
+--#include codec header entries clock wake signals
 -- reserve.lua: pop ready jobs of a topic from one bucket and reserve them,
 -- no more than the ready signals the caller holds or claims (lib/signals.lua).
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
@@ -63,17 +63,6 @@ local RESERVE_NO_SIGNAL = -1
 -- In place of the signals left: none, and the list holds no job.
 local RESERVE_DRY = -2
 
--- trimmed records n entries trimmed from the head of topic's ready list,
--- which still holds entries when left is true; an empty list's count
--- starts over.
-local function trimmed(counts, topic, n, left)
-  if not left then
-    redis.call('HDEL', counts, '0:' .. topic)
-  elseif n > 0 then
-    redis.call('HINCRBY', counts, '0:' .. topic, n)
-  end
-end
-
 for i = 10, #ARGV, 2 do
   local v = redis.call('HGET', pool, ARGV[i])
   if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
@@ -125,18 +114,46 @@ end
 
 local now = now_us()
 local now_ms = floor(now / 1000)
-local head = gone(KEYS[6], topic)
+-- The topic's counts this call changes, read at once and written back at
+-- once (lib/counts.lua, lib/places.lua): the place of the list's head,
+-- and how many jobs are ready and reserved.
+local counts = KEYS[6]
+local count_fields = {'0:' .. topic, READY .. ':' .. topic, RESERVED .. ':' .. topic}
+local cur = redis.call('HMGET', counts, unpack(count_fields))
+local head = tonumber(cur[1] or '0')
 local left = redis.call('LLEN', signals)
 
--- head_job reports whether the list's first entry, at place at, stands
--- for a ready job, and whether that job has been ready for over a second.
-local function head_job(at)
-  local id = redis.call('LRANGE', ready, 0, 0)[1]
-  local v = id and redis.call('HGET', pool, id)
+-- trimmed records n entries trimmed from the head of the list, which
+-- still holds entries when more is true, and n_ready jobs reserved: the
+-- place of the head moves on, and an empty list's count starts over
+-- (0 is dropped with the other zeros, move.lua).
+local function trimmed(n, more, n_ready)
+  local args = {}
+  if n > 0 or not more then
+    args[1], args[2] = count_fields[1], more and string.format('%d', head + n) or '0'
+  end
+  if n_ready > 0 then
+    args[#args + 1], args[#args + 2] = count_fields[2], string.format('%d', tonumber(cur[2] or '0') - n_ready)
+    args[#args + 1], args[#args + 2] = count_fields[3], string.format('%d', tonumber(cur[3] or '0') + n_ready)
+  end
+  if #args > 0 then
+    redis.call('HSET', counts, unpack(args))
+  end
+end
+
+-- job_at reports whether v, the job of the list's entry at place at,
+-- is ready there, and whether it has been ready for over a second.
+local function job_at(v, at)
   if not at_place(v, topic, at) then
     return false, false
   end
   return true, now_ms - read48(v, AT) > stranded
+end
+
+-- head_job is job_at for the list's first entry.
+local function head_job()
+  local id = redis.call('LRANGE', ready, 0, 0)[1]
+  return job_at(id and redis.call('HGET', pool, id), head)
 end
 
 local want = math.min(asked, held + left)
@@ -146,7 +163,7 @@ local waiting = false
 if ARGV[8] == '1' then
   want = asked
 elseif want == 0 then
-  local job, waited = head_job(head)
+  local job, waited = head_job()
   if waited then
     want = 1
   else
@@ -158,9 +175,11 @@ end
 -- written: a script that fails half-way leaves the list as it was. An
 -- entry stands for its job only at the job's place (lib/places.lua).
 -- Each read takes one entry more than it needs: whether the list holds
--- more than the call takes (beyond) comes with it, not from an LLEN.
+-- more than the call takes (beyond) comes with it, not from an LLEN, and
+-- so does the job behind the last one taken (behind), which the call looks
+-- at when it leaves no signal for it.
 local found, jobs = {}, {} -- jobs: encoded
-local status, stale, taken, beyond, read = RESERVE_FILLED, 0, 0, false, false
+local status, stale, taken, beyond, read, behind = RESERVE_FILLED, 0, 0, false, false, nil
 while #found < want do
   read = true
   local more = want - #found
@@ -168,7 +187,8 @@ while #found < want do
   local n = math.min(#ids, more)
   beyond = #ids > more
   if n > 0 then
-    local vs = redis.call('HMGET', pool, unpack(ids, 1, n))
+    local vs = redis.call('HMGET', pool, unpack(ids))
+    behind = vs[n + 1]
     for i = 1, n do
       local id, v = ids[i], vs[i]
       if at_place(v, topic, head + taken + i - 1) then
@@ -198,7 +218,7 @@ if #found == 0 then
   end
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
-    trimmed(KEYS[6], topic, taken, beyond)
+    trimmed(taken, beyond, 0)
   end
   if left == 0 and waiting then
     return {status, RESERVE_NO_SIGNAL}
@@ -241,8 +261,8 @@ if claimed > 0 then
   left = left - claimed
 end
 redis.call('LTRIM', ready, taken, -1)
-trimmed(KEYS[6], topic, taken, beyond)
-if left == 0 and beyond and select(2, head_job(head + taken)) then
+trimmed(taken, beyond, #found)
+if left == 0 and beyond and select(2, job_at(behind, head + taken)) then
   -- A job left behind without a signal: one for it, so that a waiting
   -- consumer comes for it.
   signal_list(signals, 1)
@@ -254,7 +274,5 @@ if left == 0 and beyond then
 elseif left == 0 then
   out[2] = RESERVE_DRY
 end
-tally(KEYS[6], READY, topic, -#found)
-tally(KEYS[6], RESERVED, topic, #found)
 wake_if_first(bucket, pub, wake, first, now)
 return out
