@@ -454,7 +454,7 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 		c, err = q.reserve(ctx, 0, "t", 2, 0, false)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
-		assert.Equal(t, 0, c.left, "it took nothing: no word on the jobs")
+		assert.Equal(t, reserveDry, c.left, "it looked at the list: it holds no job")
 	})
 }
 
@@ -471,15 +471,7 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 		// Every signal was lost with a process that died, and the first two
 		// jobs have waited for a minute since.
 		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
-		for _, id := range ids[:2] {
-			v, err := be.client.HGet(ctx, bk.pool, id).Bytes()
-			require.NoError(t, err)
-			at := time.Now().Add(-time.Minute).UnixMilli()
-			for i := range 6 { // the 6-byte at_ms, from the 10th byte (codec.go)
-				v[9+i] = byte(at >> (8 * (5 - i)))
-			}
-			require.NoError(t, be.client.HSet(ctx, bk.pool, id, v).Err())
-		}
+		readySince(t, be, q, time.Now().Add(-time.Minute), ids[:2]...)
 
 		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
 		require.NoError(t, err)
@@ -497,6 +489,65 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 		require.Len(t, c.jobs, 1)
 		assert.Equal(t, ids[1], c.jobs[0].ID)
 		assert.Equal(t, reserveNoSignal, c.left, "the job behind is fresh: no signal for it")
+	})
+}
+
+// readySince rewrites the ready jobs ids of bucket 0 as ready since at.
+func readySince(t *testing.T, be backend, q *DelayQueue, at time.Time, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	pool := q.keys.bucket(0).pool
+	for _, id := range ids {
+		v, err := be.client.HGet(ctx, pool, id).Bytes()
+		require.NoError(t, err)
+		ms := at.UnixMilli()
+		for i := range 6 { // the 6-byte at_ms, from the 10th byte (codec.go)
+			v[9+i] = byte(ms >> (8 * (5 - i)))
+		}
+		require.NoError(t, be.client.HSet(ctx, pool, id, v).Err())
+	}
+}
+
+// A job whose signal was lost is found by the look for it even behind
+// stale entries (the traces of removed jobs) at the head of its list,
+// which only a call with signals would otherwise drop: with no signal for
+// the topic ever again, the job would wait for a blocked call's whole
+// wait. A call that finds only stale entries as far as it may look says
+// that jobs may be left, so that the look comes again.
+func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		bk := q.keys.bucket(0)
+		var removed []string
+		for range staleSkips + 3 {
+			removed = append(removed, pushed(t, q, &Job{Topic: "t"}))
+		}
+		job := pushed(t, q, &Job{Topic: "t"})
+		for _, id := range removed {
+			require.NoError(t, q.Remove(ctx, id))
+		}
+		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
+
+		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs)
+		assert.Equal(t, reserveNoSignal, c.left, "only stale entries as far as it looked: jobs may be left")
+
+		c, err = q.reserve(ctx, 0, "t", 1, 0, false)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs, "the job is fresh: its signal may be on its way")
+		assert.Equal(t, reserveNoSignal, c.left, "a job is left without a signal")
+		n, err := be.client.LLen(ctx, bk.ready("t")).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n, "the stale entries before it are dropped")
+
+		readySince(t, be, q, time.Now().Add(-time.Minute), job)
+		c, err = q.reserve(ctx, 0, "t", 1, 0, false)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1, "its signal was lost: it is taken")
+		assert.Equal(t, job, c.jobs[0].ID)
+		assert.Equal(t, reserveDry, c.left)
 	})
 }
 

@@ -21,15 +21,18 @@
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
 -- list still holds jobs, whose signals are on their way or were lost with
--- a consumer that died holding them; -2: none, and the call read the list
--- to its end: it holds no job), and status 1 when as
+-- a consumer that died holding them, or may hold some behind the stale
+-- IDs the call dropped; -2: none, and the call read the list to its end:
+-- it holds no job), and status 1 when as
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
 -- 3 when the topic is paused (the caller's signals are put back).
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
 -- with a consumer that died holding it) is taken all the same, and a signal
--- is added for the job behind it, so that waiting consumers wake for it.
+-- is added for the job behind it, so that waiting consumers wake for it. A
+-- call with no signal looks for that job past the stale IDs at the head of
+-- the list, up to the limit, and drops them.
 -- An entry that does not stand for a ready job (lib/entries.lua: its job was
 -- removed, is no longer ready, is now a job of another topic, or is ready
 -- at another place of the list) is dropped: it is the trace of a job that
@@ -150,24 +153,48 @@ local function job_at(v, at)
   return true, now_ms - read48(v, AT) > stranded
 end
 
--- head_job is job_at for the list's first entry.
-local function head_job()
+-- first_job finds the list's first entry that stands for a ready job,
+-- looking past up to skips stale entries (the traces of jobs that left
+-- the ready state) at its head, which no call with signals may have
+-- come to drop. It returns how many entries lie before it, and the
+-- job; or, when it found none, how many entries it looked at and
+-- whether the list may hold more.
+local function first_job()
   local id = redis.call('LRANGE', ready, 0, 0)[1]
-  return job_at(id and redis.call('HGET', pool, id), head)
+  if not id then
+    return 0, nil, false
+  end
+  local v = redis.call('HGET', pool, id)
+  if at_place(v, topic, head) then
+    return 0, v
+  end
+  local ids = redis.call('LRANGE', ready, 1, skips)
+  if #ids == 0 then
+    return 1, nil, false
+  end
+  local vs = redis.call('HMGET', pool, unpack(ids))
+  for i = 1, #ids do
+    if at_place(vs[i], topic, head + i) then
+      return i, vs[i]
+    end
+  end
+  return 1 + #ids, nil, #ids == skips
 end
 
 local want = math.min(asked, held + left)
 -- waiting: no signal is left, and a job heads the list, ready for under a
--- second (the call says so rather than that nothing is left).
-local waiting = false
+-- second, or may lie behind stale entries (the call says so rather than
+-- that nothing is left). The stale entries before it are dropped.
+local waiting, dropped, looked = false, 0, false
 if ARGV[8] == '1' then
   want = asked
 elseif want == 0 then
-  local job, waited = head_job()
-  if waited then
+  local before, v, more = first_job()
+  dropped, looked = before, true
+  if v and select(2, job_at(v, head + before)) then
     want = 1
   else
-    waiting = job
+    waiting = v ~= nil or more
   end
 end
 
@@ -179,7 +206,7 @@ end
 -- so does the job behind the last one taken (behind), which the call looks
 -- at when it leaves no signal for it.
 local found, jobs = {}, {} -- jobs: encoded
-local status, stale, taken, beyond, read, behind = RESERVE_FILLED, 0, 0, false, false, nil
+local status, stale, taken, beyond, read, behind = RESERVE_FILLED, dropped, dropped, waiting, looked, nil
 while #found < want do
   read = true
   local more = want - #found
@@ -220,7 +247,7 @@ if #found == 0 then
     redis.call('LTRIM', ready, taken, -1)
     trimmed(taken, beyond, 0)
   end
-  if left == 0 and waiting then
+  if left == 0 and (waiting or status == RESERVE_STALE) then
     return {status, RESERVE_NO_SIGNAL}
   elseif left == 0 and read and not beyond then
     return {status, RESERVE_DRY}
