@@ -472,6 +472,7 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 		// jobs have waited for a minute since.
 		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
 		readySince(t, be, q, time.Now().Add(-time.Minute), ids[:2]...)
+		readySince(t, be, q, time.Now().Add(time.Minute), ids[2]) // fresh, however slow the machine
 
 		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
 		require.NoError(t, err)
@@ -524,6 +525,7 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 			removed = append(removed, pushed(t, q, &Job{Topic: "t"}))
 		}
 		job := pushed(t, q, &Job{Topic: "t"})
+		readySince(t, be, q, time.Now().Add(time.Minute), job) // fresh, however slow the machine
 		for _, id := range removed {
 			require.NoError(t, q.Remove(ctx, id))
 		}
@@ -532,13 +534,17 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
+		assert.Equal(t, reserveStale, c.status)
 		assert.Equal(t, reserveNoSignal, c.left, "only stale entries as far as it looked: jobs may be left")
+		n, err := be.client.LLen(ctx, bk.ready("t")).Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 4, n, "it dropped staleSkips entries")
 
 		c, err = q.reserve(ctx, 0, "t", 1, 0, false)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs, "the job is fresh: its signal may be on its way")
 		assert.Equal(t, reserveNoSignal, c.left, "a job is left without a signal")
-		n, err := be.client.LLen(ctx, bk.ready("t")).Result()
+		n, err = be.client.LLen(ctx, bk.ready("t")).Result()
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, n, "the stale entries before it are dropped")
 
@@ -548,6 +554,60 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 		require.Len(t, c.jobs, 1, "its signal was lost: it is taken")
 		assert.Equal(t, job, c.jobs[0].ID)
 		assert.Equal(t, reserveDry, c.left)
+	})
+}
+
+// A look for a lost signal at a list of stale entries only drops them
+// and says the list ran dry: its place count starts over.
+func TestALookAtAListOfStaleEntriesSaysItRanDry(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		bk := q.keys.bucket(0)
+		for range 3 {
+			require.NoError(t, q.Remove(ctx, pushed(t, q, &Job{Topic: "t"})))
+		}
+		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
+
+		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs)
+		assert.Equal(t, reserveDry, c.left)
+		n, err := be.client.LLen(ctx, bk.ready("t")).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		head, err := be.client.HGet(ctx, bk.counts, "0:t").Result()
+		if err != redis.Nil {
+			require.NoError(t, err)
+			assert.Equal(t, "0", head, "the place count starts over")
+		}
+	})
+}
+
+// A call that holds a signal and stops at the stale-entry limit with
+// nothing found, no signal left, says jobs may be left without one, so
+// that the look for a lost signal comes.
+func TestACallStoppedByStaleEntriesSaysJobsMayBeLeft(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		bk := q.keys.bucket(0)
+		for range staleSkips + 1 {
+			require.NoError(t, q.Remove(ctx, pushed(t, q, &Job{Topic: "t"})))
+		}
+		job := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
+
+		c, err := q.reserve(ctx, 0, "t", 1, 1, false) // its signal, taken by a blocked call
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs)
+		assert.Equal(t, reserveStale, c.status)
+		assert.Equal(t, reserveNoSignal, c.left)
+
+		c, err = q.reserve(ctx, 0, "t", 1, 1, false)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1)
+		assert.Equal(t, job, c.jobs[0].ID)
 	})
 }
 

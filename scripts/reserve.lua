@@ -157,8 +157,8 @@ end
 -- looking past up to skips stale entries (the traces of jobs that left
 -- the ready state) at its head, which no call with signals may have
 -- come to drop. It returns how many entries lie before it, and the
--- job; or, when it found none, how many entries it looked at and
--- whether the list may hold more.
+-- job; or, when it found none, how many stale entries to drop (skips at
+-- most) and whether the list holds more.
 local function first_job()
   local id = redis.call('LRANGE', ready, 0, 0)[1]
   if not id then
@@ -178,14 +178,16 @@ local function first_job()
       return i, vs[i]
     end
   end
-  return 1 + #ids, nil, #ids == skips
+  -- 1 + #ids entries, all stale: when that is more than skips, the
+  -- last of them stays for the next look.
+  return math.min(1 + #ids, skips), nil, #ids == skips
 end
 
 local want = math.min(asked, held + left)
 -- waiting: no signal is left, and a job heads the list, ready for under a
 -- second, or may lie behind stale entries (the call says so rather than
 -- that nothing is left). The stale entries before it are dropped.
-local waiting, dropped, looked = false, 0, false
+local waiting, dropped, looked, status = false, 0, false, RESERVE_FILLED
 if ARGV[8] == '1' then
   want = asked
 elseif want == 0 then
@@ -195,6 +197,9 @@ elseif want == 0 then
     want = 1
   else
     waiting = v ~= nil or more
+  end
+  if more then
+    status = RESERVE_STALE
   end
 end
 
@@ -206,7 +211,7 @@ end
 -- so does the job behind the last one taken (behind), which the call looks
 -- at when it leaves no signal for it.
 local found, jobs = {}, {} -- jobs: encoded
-local status, stale, taken, beyond, read, behind = RESERVE_FILLED, dropped, dropped, waiting, looked, nil
+local stale, taken, beyond, read, behind = dropped, dropped, waiting, looked, nil
 while #found < want do
   read = true
   local more = want - #found
