@@ -227,6 +227,14 @@ func (q *DelayQueue) isLimited(ctx context.Context, topic string) (bool, error) 
 	return limited[topic], nil
 }
 
+// wasLimited reports whether topic had limits when the process last read
+// them, reading nothing.
+func (lm *limiter) wasLimited(topic string) bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	return lm.limited[topic]
+}
+
 // changed forgets what the process read of the limits, wakes the
 // consumers of topic ("": of every topic) waiting at a limit, and returns
 // the keys of those blocked in Redis.

@@ -40,7 +40,8 @@ const strandedAfter = 1100 * time.Millisecond
 // calls.
 type waits struct {
 	q      *DelayQueue
-	token  string // names this process's poke keys
+	token  string        // names this process's poke keys
+	woken  time.Duration // wokenWithin; longer in tests
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -86,7 +87,7 @@ type sigKey struct {
 }
 
 func newWaits(q *DelayQueue) *waits {
-	w := &waits{q: q, token: newToken()[:16], topics: map[string]*topicWait{}}
+	w := &waits{q: q, token: newToken()[:16], woken: wokenWithin, topics: map[string]*topicWait{}}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	n := 1
 	if q.pub == "SPUBLISH" {
@@ -243,6 +244,7 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	// them as there are signals look now (plan sends them where signals
 	// are left), rather than each waiting for a blocked call to hand it
 	// one; their calls go together.
+	w.wokenTogether(topic, b, min(left, len(tw.waiters)))
 	for ; left > 0 && len(tw.waiters) > 0; left-- {
 		wt := tw.waiters[0]
 		tw.waiters = tw.waiters[1:]
@@ -262,7 +264,7 @@ func (w *waits) enlist(topic string, wt *waiter) {
 	// come: the blocked calls would not take it again before it is given
 	// back, nor hear when it is.
 	for b, n := range tw.held {
-		tw.held[b] = w.handLocked(tw, b, n)
+		tw.held[b] = w.handLocked(topic, tw, b, n)
 	}
 	var poke []string
 	if !tw.paused && len(tw.waiters) > 0 {

@@ -240,15 +240,25 @@ const holdFor = 50 * time.Millisecond
 // each as many as it wants, and holds the rest for the next.
 func (w *waits) deliverLocked(b int, topic string, n int) {
 	tw := w.topicLocked(topic)
-	if n = w.handLocked(tw, b, n); n > 0 {
+	if n = w.handLocked(topic, tw, b, n); n > 0 {
 		tw.held[b] += n
 		time.AfterFunc(holdFor, func() { w.returnHeld(topic) })
 	}
 }
 
-// handLocked wakes the oldest waiters of tw with n signals of bucket b, each
-// with as many as it wants, and returns how many no waiter took.
-func (w *waits) handLocked(tw *topicWait, b, n int) int {
+// handLocked wakes the oldest waiters of topic's tw with n signals of
+// bucket b, each with as many as it wants, and returns how many no waiter
+// took.
+func (w *waits) handLocked(topic string, tw *topicWait, b, n int) int {
+	woken, left := 0, n
+	for _, wt := range tw.waiters {
+		if left <= 0 {
+			break
+		}
+		left -= min(left, max(wt.want, 1))
+		woken++
+	}
+	w.wokenTogether(topic, b, woken)
 	for n > 0 && len(tw.waiters) > 0 {
 		wt := tw.waiters[0]
 		tw.waiters = tw.waiters[1:]
@@ -257,6 +267,21 @@ func (w *waits) handLocked(tw *topicWait, b, n int) int {
 		n -= k
 	}
 	return n
+}
+
+// wokenWithin bounds how long the reserve calls of consumers woken
+// together wait for one another (wokenTogether).
+const wokenWithin = time.Millisecond
+
+// wokenTogether is told, before they wake, that n consumers of topic are
+// about to reserve from bucket b: their calls then go together, in one
+// script call, rather than the first alone and the rest after its reply.
+// A consumer of a limited topic takes capacity first, and may wait for
+// it: those are not waited for.
+func (w *waits) wokenTogether(topic string, b, n int) {
+	if n > 1 && !w.q.limiter.wasLimited(topic) {
+		w.q.reserves.For(b).Expect(n, w.woken)
+	}
 }
 
 // returnHeld gives back the signals of topic that no consumer came for.

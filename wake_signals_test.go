@@ -557,6 +557,52 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 	})
 }
 
+// Pops woken together by the signals of one bucket reserve their jobs in
+// one script call. Without it the first woken sends its call alone, and
+// the rest send a second once its reply is back.
+func TestPopsWokenTogetherReserveInOneCall(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		q := newQueue(t, be.client, WithBuckets(1), WithObserver(ObserverFunc(func(_ context.Context, e Event) {
+			if e.Kind == EventReserveCall {
+				calls.Add(1)
+			}
+		})))
+		w, err := q.waiting()
+		require.NoError(t, err)
+		w.woken = time.Minute // however slowly the woken come, they all do
+		const pops = 4
+		var want []string
+		for range pops {
+			want = append(want, pushed(t, q, &Job{Topic: "t"}))
+		}
+		// The signals, taken by a blocked call that is about to hand
+		// them over.
+		require.NoError(t, be.client.LPopCount(ctx, q.keys.bucket(0).signals("t"), pops).Err())
+
+		got := make(chan string, pops)
+		for range pops {
+			go func() {
+				job, err := q.Pop(ctx, "t", time.Minute)
+				if assert.NoError(t, err) {
+					got <- job.ID
+				}
+			}()
+		}
+		require.Eventually(t, func() bool { return waitersOf(q, "t") == pops },
+			10*time.Second, time.Millisecond, "the Pops wait")
+		before := calls.Load()
+		w.unused("t", 0, pops)
+		var ids []string
+		for range pops {
+			ids = append(ids, <-got)
+		}
+		assert.ElementsMatch(t, want, ids)
+		assert.EqualValues(t, 1, calls.Load()-before, "one reserve call for the Pops woken together")
+	})
+}
+
 // A look for a lost signal at a list of stale entries only drops them
 // and says the list ran dry: its place count starts over.
 func TestALookAtAListOfStaleEntriesSaysItRanDry(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // A Lane coalesces the requests of its callers into batches.
@@ -19,9 +20,11 @@ type Lane[T any] struct {
 	inflight int // batches in flight at most
 	flush    func(ctx context.Context, batch []*Request[T])
 
-	mu    sync.Mutex // guards the fields below
-	busy  int        // batches in flight
-	queue []*Request[T]
+	mu     sync.Mutex // guards the fields below
+	busy   int        // batches in flight
+	queue  []*Request[T]
+	expect int         // callers announced (Expect) and not come yet
+	wait   *time.Timer // ends the wait for them
 }
 
 // NewLane makes a lane that sends batches of up to max requests, with up
@@ -67,10 +70,15 @@ type Request[T any] struct {
 func (c *Lane[T]) Do(ctx context.Context, in T) error {
 	r := &Request[T]{In: in}
 	c.mu.Lock()
-	if c.busy < max(c.inflight, 1) {
+	if c.expect > 0 {
+		c.expect--
+	}
+	if c.busy < max(c.inflight, 1) && c.expect == 0 {
+		// Those who came while the lane waited for them go along.
+		batch := append([]*Request[T]{r}, c.takeLocked(c.max-1)...)
 		c.busy++
 		c.mu.Unlock()
-		return c.send(ctx, []*Request[T]{r})
+		return c.send(ctx, batch)
 	}
 	r.done, r.lead = make(chan struct{}), make(chan []*Request[T], 1)
 	c.queue = append(c.queue, r)
@@ -89,6 +97,53 @@ func (c *Lane[T]) Do(ctx context.Context, in T) error {
 			cancelled = nil // already sent: wait for the outcome
 		}
 	}
+}
+
+// Expect announces n callers about to come (woken together, say), and has
+// a lane with no batch in flight wait for them, up to within, so that
+// their requests go in one batch: otherwise the first is sent alone and
+// the others wait for its outcome, to go in a second. A request from
+// anyone counts as one of them.
+func (c *Lane[T]) Expect(n int, within time.Duration) {
+	if n < 2 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expect += n
+	if c.wait == nil {
+		c.wait = time.AfterFunc(within, c.waited)
+	} else {
+		c.wait.Reset(within)
+	}
+}
+
+// waited ends the wait for the callers announced: those who came go, as
+// a batch sent by the first of them.
+func (c *Lane[T]) waited() {
+	c.mu.Lock()
+	c.expect = 0
+	var batch []*Request[T]
+	if c.busy < max(c.inflight, 1) && len(c.queue) > 0 {
+		// Only a wait leaves requests queued with no batch in flight.
+		batch = c.takeLocked(c.max)
+		c.busy++
+	}
+	c.mu.Unlock()
+	if batch != nil {
+		batch[0].lead <- batch
+	}
+}
+
+// takeLocked takes up to n requests off the head of the queue.
+func (c *Lane[T]) takeLocked(n int) []*Request[T] {
+	n = min(len(c.queue), n)
+	taken := c.queue[:n:n]
+	c.queue = c.queue[n:]
+	if len(c.queue) == 0 {
+		c.queue = nil
+	}
+	return taken
 }
 
 // dequeue takes r off the queue, and reports whether it was still there.
@@ -112,12 +167,8 @@ func (c *Lane[T]) send(ctx context.Context, batch []*Request[T]) error {
 	}
 	c.flush(ctx, batch)
 	c.mu.Lock()
-	n := min(len(c.queue), c.max)
-	next := c.queue[:n:n]
-	c.queue = c.queue[n:]
-	if len(c.queue) == 0 {
-		c.queue = nil
-	}
+	next := c.takeLocked(c.max)
+	n := len(next)
 	if n == 0 {
 		c.busy--
 	}

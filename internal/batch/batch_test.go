@@ -77,6 +77,41 @@ func TestLaneSendsQueuedCallsAsOneBatch(t *testing.T) {
 	assert.Zero(t, c.busy)
 }
 
+// Callers announced as woken together go in one batch, the first one
+// included, where it would otherwise go alone.
+func TestLaneSendsTheCallersAnnouncedInOneBatch(t *testing.T) {
+	g := newGate()
+	close(g.release)
+	c := NewLane(100, 1, g.flush)
+	c.Expect(3, time.Hour)
+	ctx := context.Background()
+	errs := make(chan error, 3)
+	for in := range 3 {
+		go func() { errs <- c.Do(ctx, in) }()
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, g.batches, 1)
+	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0])
+	assert.Zero(t, c.busy)
+}
+
+// Callers announced who do not come hold up those who came only until the
+// wait ends; then the lane sends as before.
+func TestLaneWaitsForTheCallersAnnouncedOnlySoLong(t *testing.T) {
+	g := newGate()
+	close(g.release)
+	c := NewLane(100, 1, g.flush)
+	c.Expect(3, time.Millisecond)
+	ctx := context.Background()
+	require.NoError(t, c.Do(ctx, 7), "sent once the wait ended")
+	require.NoError(t, c.Do(ctx, 8))
+	assert.Equal(t, [][]int{{7}, {8}}, g.batches)
+	assert.Zero(t, c.busy)
+	assert.Zero(t, c.expect)
+}
+
 func TestLaneBoundsABatch(t *testing.T) {
 	g := newGate()
 	c := NewLane(2, 1, g.flush)
