@@ -244,7 +244,11 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	// them as there are signals look now (plan sends them where signals
 	// are left), rather than each waiting for a blocked call to hand it
 	// one; their calls go together.
-	w.wokenTogether(topic, b, min(left, len(tw.waiters)))
+	if len(w.groups) == 1 {
+		// One lane for every bucket: wherever their looks go, they go
+		// there (on a Cluster a look may go to another bucket's lane).
+		w.wokenTogetherLocked(topic, tw, b, left)
+	}
 	for ; left > 0 && len(tw.waiters) > 0; left-- {
 		wt := tw.waiters[0]
 		tw.waiters = tw.waiters[1:]

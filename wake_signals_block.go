@@ -250,15 +250,7 @@ func (w *waits) deliverLocked(b int, topic string, n int) {
 // bucket b, each with as many as it wants, and returns how many no waiter
 // took.
 func (w *waits) handLocked(topic string, tw *topicWait, b, n int) int {
-	woken, left := 0, n
-	for _, wt := range tw.waiters {
-		if left <= 0 {
-			break
-		}
-		left -= min(left, max(wt.want, 1))
-		woken++
-	}
-	w.wokenTogether(topic, b, woken)
+	w.wokenTogetherLocked(topic, tw, b, n)
 	for n > 0 && len(tw.waiters) > 0 {
 		wt := tw.waiters[0]
 		tw.waiters = tw.waiters[1:]
@@ -273,14 +265,23 @@ func (w *waits) handLocked(topic string, tw *topicWait, b, n int) int {
 // together wait for one another (wokenTogether).
 const wokenWithin = time.Millisecond
 
-// wokenTogether is told, before they wake, that n consumers of topic are
-// about to reserve from bucket b: their calls then go together, in one
-// script call, rather than the first alone and the rest after its reply.
-// A consumer of a limited topic takes capacity first, and may wait for
-// it: those are not waited for.
-func (w *waits) wokenTogether(topic string, b, n int) {
-	if n > 1 && !w.q.limiter.wasLimited(topic) {
-		w.q.reserves.For(b).Expect(n, w.woken)
+// wokenTogetherLocked is told, before they wake, that the oldest waiters
+// of topic's tw are about to reserve n jobs from bucket b, as many each as
+// it wants: the reserve lane of b waits for those it takes, so that their
+// calls go together, in one script call, rather than the first alone and
+// the rest after its reply. A consumer of a limited topic takes capacity
+// first, and may wait for it: those are not waited for.
+func (w *waits) wokenTogetherLocked(topic string, tw *topicWait, b, n int) {
+	woken := 0
+	for _, wt := range tw.waiters {
+		if n <= 0 {
+			break
+		}
+		n -= min(n, max(wt.want, 1))
+		woken++
+	}
+	if woken > 1 && !w.q.limiter.wasLimited(topic) {
+		w.q.reserves.For(b).Expect(woken, w.woken)
 	}
 }
 

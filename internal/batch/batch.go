@@ -1,7 +1,8 @@
 // Package batch sends concurrent requests together (group commit): while a
 // lane's batches are in flight, later callers queue up, and when one
 // returns, the first of them sends everything queued as the next batch. A
-// lone caller sends at once and pays nothing for it; under load, many
+// lone caller sends at once and pays nothing for it (unless the lane
+// waits, briefly, for callers announced: Expect); under load, many
 // callers share one round trip. The package knows nothing of what a
 // request is: the flush function given to a lane sends a batch and sets
 // each request's Err.
@@ -20,11 +21,12 @@ type Lane[T any] struct {
 	inflight int // batches in flight at most
 	flush    func(ctx context.Context, batch []*Request[T])
 
-	mu     sync.Mutex // guards the fields below
-	busy   int        // batches in flight
-	queue  []*Request[T]
-	expect int         // callers announced (Expect) and not come yet
-	wait   *time.Timer // ends the wait for them
+	mu      sync.Mutex // guards the fields below
+	busy    int        // batches in flight
+	queue   []*Request[T]
+	expect  int         // callers announced (Expect) and not come yet
+	wait    *time.Timer // ends the wait for them
+	waiting bool        // wait is set to fire
 }
 
 // NewLane makes a lane that sends batches of up to max requests, with up
@@ -99,11 +101,13 @@ func (c *Lane[T]) Do(ctx context.Context, in T) error {
 	}
 }
 
-// Expect announces n callers about to come (woken together, say), and has
-// a lane with no batch in flight wait for them, up to within, so that
-// their requests go in one batch: otherwise the first is sent alone and
-// the others wait for its outcome, to go in a second. A request from
-// anyone counts as one of them.
+// Expect announces n callers about to come (woken together, say): until
+// they have come, or within has passed since the first announcement of
+// the wait, a lane with no batch in flight holds the requests that come
+// (anyone's, each counted as one of them) and sends them as one batch.
+// Otherwise the first is sent alone and the others wait for its outcome,
+// to go in a second. Announcements during a wait join it: they do not
+// make it longer.
 func (c *Lane[T]) Expect(n int, within time.Duration) {
 	if n < 2 {
 		return
@@ -111,6 +115,10 @@ func (c *Lane[T]) Expect(n int, within time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expect += n
+	if c.waiting {
+		return
+	}
+	c.waiting = true
 	if c.wait == nil {
 		c.wait = time.AfterFunc(within, c.waited)
 	} else {
@@ -122,7 +130,7 @@ func (c *Lane[T]) Expect(n int, within time.Duration) {
 // a batch sent by the first of them.
 func (c *Lane[T]) waited() {
 	c.mu.Lock()
-	c.expect = 0
+	c.expect, c.waiting = 0, false
 	var batch []*Request[T]
 	if c.busy < max(c.inflight, 1) && len(c.queue) > 0 {
 		// Only a wait leaves requests queued with no batch in flight.

@@ -98,18 +98,28 @@ func TestLaneSendsTheCallersAnnouncedInOneBatch(t *testing.T) {
 }
 
 // Callers announced who do not come hold up those who came only until the
-// wait ends; then the lane sends as before.
+// wait ends (here ended by hand); then the lane sends as before, and a
+// second announcement during a wait does not make it longer.
 func TestLaneWaitsForTheCallersAnnouncedOnlySoLong(t *testing.T) {
 	g := newGate()
 	close(g.release)
 	c := NewLane(100, 1, g.flush)
-	c.Expect(3, time.Millisecond)
+	c.Expect(3, time.Hour)
 	ctx := context.Background()
-	require.NoError(t, c.Do(ctx, 7), "sent once the wait ended")
+	errs := make(chan error, 1)
+	go func() { errs <- c.Do(ctx, 7) }()
+	queued(t, c, 1)
+	assert.Empty(t, g.batches, "held for the others")
+	c.Expect(2, time.Hour)
+	assert.True(t, c.waiting)
+	assert.Equal(t, 4, c.expect, "joined the wait")
+	c.waited()
+	require.NoError(t, <-errs, "sent once the wait ended")
 	require.NoError(t, c.Do(ctx, 8))
 	assert.Equal(t, [][]int{{7}, {8}}, g.batches)
 	assert.Zero(t, c.busy)
 	assert.Zero(t, c.expect)
+	c.wait.Stop()
 }
 
 func TestLaneBoundsABatch(t *testing.T) {
