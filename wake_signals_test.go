@@ -563,12 +563,10 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 func TestPopsWokenTogetherReserveInOneCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
-		var calls atomic.Int64
-		q := newQueue(t, be.client, WithBuckets(1), WithObserver(ObserverFunc(func(_ context.Context, e Event) {
-			if e.Kind == EventReserveCall {
-				calls.Add(1)
-			}
-		})))
+		counter := &reserveCounter{}
+		c := anotherClient(t, be.client)
+		c.AddHook(counter)
+		q := newQueue(t, c, WithBuckets(1))
 		w, err := q.waiting()
 		require.NoError(t, err)
 		w.woken = time.Minute // however slowly the woken come, they all do
@@ -592,14 +590,14 @@ func TestPopsWokenTogetherReserveInOneCall(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return waitersOf(q, "t") == pops },
 			10*time.Second, time.Millisecond, "the Pops wait")
-		before := calls.Load()
+		before := counter.calls.Load()
 		w.unused("t", 0, pops)
 		var ids []string
 		for range pops {
 			ids = append(ids, <-got)
 		}
 		assert.ElementsMatch(t, want, ids)
-		assert.EqualValues(t, 1, calls.Load()-before, "one reserve call for the Pops woken together")
+		assert.EqualValues(t, 1, counter.calls.Load()-before, "one reserve call for the Pops woken together")
 	})
 }
 

@@ -144,13 +144,10 @@ local function trimmed(n, more, n_ready)
   end
 end
 
--- job_at reports whether v, the job of the list's entry at place at,
--- is ready there, and whether it has been ready for over a second.
-local function job_at(v, at)
-  if not at_place(v, topic, at) then
-    return false, false
-  end
-  return true, now_ms - read48(v, AT) > stranded
+-- waited_at reports whether v, the job of the list's entry at place at,
+-- is ready there and has been for over a second.
+local function waited_at(v, at)
+  return at_place(v, topic, at) and now_ms - read48(v, AT) > stranded
 end
 
 -- first_job finds the list's first entry that stands for a ready job,
@@ -193,7 +190,7 @@ if ARGV[8] == '1' then
 elseif want == 0 then
   local before, v, more = first_job()
   dropped, looked = before, true
-  if v and select(2, job_at(v, head + before)) then
+  if waited_at(v, head + before) then
     want = 1
   else
     waiting = v ~= nil or more
@@ -294,7 +291,7 @@ if claimed > 0 then
 end
 redis.call('LTRIM', ready, taken, -1)
 trimmed(taken, beyond, #found)
-if left == 0 and beyond and select(2, job_at(behind, head + taken)) then
+if left == 0 and beyond and waited_at(behind, head + taken) then
   -- A job left behind without a signal: one for it, so that a waiting
   -- consumer comes for it.
   signal_list(signals, 1)

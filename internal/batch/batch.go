@@ -75,7 +75,7 @@ func (c *Lane[T]) Do(ctx context.Context, in T) error {
 	if c.expect > 0 {
 		c.expect--
 	}
-	if c.busy < max(c.inflight, 1) && c.expect == 0 {
+	if c.idleLocked() && c.expect == 0 {
 		// Those who came while the lane waited for them go along.
 		batch := append([]*Request[T]{r}, c.takeLocked(c.max-1)...)
 		c.busy++
@@ -132,7 +132,7 @@ func (c *Lane[T]) waited() {
 	c.mu.Lock()
 	c.expect, c.waiting = 0, false
 	var batch []*Request[T]
-	if c.busy < max(c.inflight, 1) && len(c.queue) > 0 {
+	if c.idleLocked() && len(c.queue) > 0 {
 		// Only a wait leaves requests queued with no batch in flight.
 		batch = c.takeLocked(c.max)
 		c.busy++
@@ -141,6 +141,11 @@ func (c *Lane[T]) waited() {
 	if batch != nil {
 		batch[0].lead <- batch
 	}
+}
+
+// idleLocked reports whether the lane may send another batch now.
+func (c *Lane[T]) idleLocked() bool {
+	return c.busy < max(c.inflight, 1)
 }
 
 // takeLocked takes up to n requests off the head of the queue.

@@ -42,6 +42,13 @@ func (g *gate) flush(_ context.Context, batch []*Request[int]) {
 	}
 }
 
+// openGate is a gate that holds no batch.
+func openGate() *gate {
+	g := newGate()
+	close(g.release)
+	return g
+}
+
 // queued waits until n requests wait behind the batch in flight.
 func queued[T any](t *testing.T, c *Lane[T], n int) {
 	t.Helper()
@@ -80,8 +87,7 @@ func TestLaneSendsQueuedCallsAsOneBatch(t *testing.T) {
 // Callers announced as woken together go in one batch, the first one
 // included, where it would otherwise go alone.
 func TestLaneSendsTheCallersAnnouncedInOneBatch(t *testing.T) {
-	g := newGate()
-	close(g.release)
+	g := openGate()
 	c := NewLane(100, 1, g.flush)
 	c.Expect(3, time.Hour)
 	ctx := context.Background()
@@ -101,8 +107,7 @@ func TestLaneSendsTheCallersAnnouncedInOneBatch(t *testing.T) {
 // wait ends (here ended by hand); then the lane sends as before, and a
 // second announcement during a wait does not make it longer.
 func TestLaneWaitsForTheCallersAnnouncedOnlySoLong(t *testing.T) {
-	g := newGate()
-	close(g.release)
+	g := openGate()
 	c := NewLane(100, 1, g.flush)
 	c.Expect(3, time.Hour)
 	ctx := context.Background()
