@@ -136,7 +136,8 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 	defer close(work) // the idle workers end
 	workers := 0
 	var failures errorRun
-	var wait *time.Timer
+	var wait, gathering *time.Timer
+	backlog := false // the last pop took as many jobs as it asked, and more wait
 	for {
 		select {
 		case slots <- struct{}{}:
@@ -153,8 +154,15 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 				break more
 			}
 		}
+		if backlog && free < concurrency {
+			// Jobs wait, and slots are about to come free (the handlers
+			// of one reply end together, one after another): they go in
+			// one call rather than this slot's alone and theirs after.
+			free += c.gather(ctx, slots, concurrency-free, &gathering)
+		}
 		sent := time.Now()
 		jobs, err := c.q.pop(ctx, topic, free, c.q.opts.poll)
+		backlog = err == nil && len(jobs) == free && c.q.jobsWait(topic)
 		for range free - len(jobs) {
 			<-slots
 		}
@@ -212,6 +220,34 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 				continue
 			}
 			work <- task // a worker has freed its slot and comes for it
+		}
+	}
+}
+
+// gatherWithin bounds how long a Consume whose last pop filled every
+// slot it asked for, with more jobs waiting, waits for more slots to come
+// free before it pops again.
+const gatherWithin = 200 * time.Microsecond
+
+// gather takes up to n more slots as they come free, for the queue's
+// gatherWithin at most and until ctx ends, and returns how many it took.
+func (c *consumer) gather(ctx context.Context, slots chan<- struct{}, n int, t **time.Timer) int {
+	if *t == nil {
+		*t = time.NewTimer(c.q.gatherWithin)
+	} else {
+		(*t).Reset(c.q.gatherWithin)
+	}
+	defer (*t).Stop()
+	for took := 0; ; took++ {
+		if took == n {
+			return took
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-(*t).C:
+			return took
+		case <-ctx.Done():
+			return took
 		}
 	}
 }

@@ -123,7 +123,13 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 			returned()
 		}
 	case err == nil:
-		err = c.q.finish(sctx, job.ID, job.reservation, job.Topic)
+		// Its slot is free already: the finish may wait for others,
+		// unless a grant comes free with it.
+		within := c.q.settleWithin
+		if job.grant != "" {
+			within = 0
+		}
+		err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, within)
 		c.q.settledGrant(sctx, job.Topic, job.grant, err)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed
@@ -137,6 +143,10 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 	}
 	return next, nextCtx
 }
+
+// settleWithin bounds how long Consume holds the finish of a job, whose
+// handler's slot is free already, for others to share its script call.
+const settleWithin = time.Millisecond
 
 // call runs the handler, turning a panic into an error.
 func (c *consumer) call(ctx context.Context, job *Job) (err error) {

@@ -21,12 +21,21 @@ import (
 // waits for it to return.
 func consumeUntil(t *testing.T, q *DelayQueue, h Handler, opts ConsumeOptions, stop func() bool) {
 	t.Helper()
+	end := consumeInBackground(t, q, h, opts)
+	require.Eventually(t, stop, time.Minute, 5*time.Millisecond)
+	end()
+}
+
+// consumeInBackground runs Consume of topic "t"; stop ends it and waits for
+// it to return.
+func consumeInBackground(t *testing.T, q *DelayQueue, h Handler, opts ConsumeOptions) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- q.Consume(ctx, "t", h, opts) }()
-	require.Eventually(t, stop, time.Minute, 5*time.Millisecond)
-	cancel()
-	require.NoError(t, <-errc)
+	return func() {
+		cancel()
+		require.NoError(t, <-errc)
+	}
 }
 
 func TestConsumeFinishesRetriesAndRecoversPanics(t *testing.T) {
@@ -378,4 +387,81 @@ func TestConsumeBacksOffOnlyForErrorsInARow(t *testing.T) {
 	run.failed()
 	run.failed()
 	assert.Equal(t, errorRun(2), run, "failures in a row add up")
+}
+
+// The finishes of jobs whose handlers end together go in one script call,
+// held for company until a finish in a hurry takes them along. Without
+// the wait, the first handler's finish goes alone and the rest after it.
+func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		finishes := &scriptCounter{script: scriptFinish}
+		q := hookedQueue(t, be.client, finishes)
+		q.settleWithin = time.Minute // however slowly the others come
+		startQueue(t, q)
+		const n = 4
+		var ids []string
+		for range n {
+			ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+		}
+		other := pushed(t, q, &Job{Topic: "u"})
+		var started sync.WaitGroup
+		started.Add(n)
+		release := make(chan struct{})
+		h := func(ctx context.Context, job *Job) error {
+			started.Done()
+			<-release
+			return nil
+		}
+		stop := consumeInBackground(t, q, h, ConsumeOptions{Concurrency: n})
+		started.Wait()
+		close(release)
+		require.Eventually(t, func() bool { return q.finishes.For(0).Queued() == n },
+			10*time.Second, time.Millisecond, "the finishes wait for company")
+		assert.Zero(t, finishes.n.Load())
+
+		assert.ErrorIs(t, q.Finish(ctx, other), ErrNotReserved, "a finish in a hurry")
+		assert.EqualValues(t, 1, finishes.n.Load(), "one call for all")
+		for _, id := range ids {
+			_, err := q.Get(ctx, id)
+			assert.ErrorIs(t, err, ErrNotFound, "finished")
+		}
+		stop()
+	})
+}
+
+// After a pop that filled every slot it asked for, the slots of handlers
+// that end together go in one pop. Without the wait for them, the first
+// slot freed pops alone and the others after its reply.
+func TestConsumePopsForHandlersEndedTogetherInOneCall(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		reserves := &reserveCounter{}
+		q := hookedQueue(t, be.client, reserves)
+		q.gatherWithin = time.Minute // however slowly the slots come free
+		startQueue(t, q)
+		const n = 4
+		for range 2 * n {
+			pushed(t, q, &Job{Topic: "t"})
+		}
+		var started sync.WaitGroup
+		started.Add(n)
+		var handled atomic.Int64
+		release := make(chan struct{})
+		h := func(ctx context.Context, job *Job) error {
+			if handled.Add(1) <= n {
+				started.Done()
+				<-release
+			}
+			return nil
+		}
+		stop := consumeInBackground(t, q, h, ConsumeOptions{Concurrency: n})
+		started.Wait()
+		before := reserves.calls.Load() - reserves.empty.Load()
+		close(release)
+		require.Eventually(t, func() bool { return handled.Load() == 2*n },
+			10*time.Second, time.Millisecond, "every job handled")
+		assert.EqualValues(t, 1, reserves.calls.Load()-reserves.empty.Load()-before,
+			"one reserve call for the handlers ended together")
+		stop()
+	})
 }

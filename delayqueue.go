@@ -47,6 +47,10 @@ type DelayQueue struct {
 	records      recordSlots
 	readTimeout  time.Duration // the client's wait for a reply; 0 or less: none
 
+	// How long Consume holds a finish, and a pop, for company
+	// (settleWithin, gatherWithin; longer in tests).
+	settleWithin, gatherWithin time.Duration
+
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
 
@@ -101,6 +105,9 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 		callPrefix:  newToken()[:16] + ".",
 		recordLife:  recordLife(client),
 		readTimeout: readTimeout(client),
+
+		settleWithin: settleWithin,
+		gatherWithin: gatherWithin,
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	buckets, asStored := o.buckets, !o.set.buckets
@@ -215,6 +222,15 @@ func (q *DelayQueue) waiting() (*waits, error) {
 		q.waits = newWaits(q)
 	}
 	return q.waits, nil
+}
+
+// jobsWait reports whether jobs of topic are known to wait for this
+// process's consumers (waits.jobsWait).
+func (q *DelayQueue) jobsWait(topic string) bool {
+	q.mu.Lock()
+	w := q.waits
+	q.mu.Unlock()
+	return w != nil && w.jobsWait(topic)
 }
 
 // restoreRecord puts the queue's record (meta hash) back when Redis lost

@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dqueue/delayqueue/internal/batch"
 )
@@ -46,12 +47,18 @@ type finishCall struct {
 // script calls: one per bucket. topic, when known, is reported to the
 // Observer.
 func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, topic string) error {
+	return q.finishWithin(ctx, id, reservation, topic, 0)
+}
+
+// finishWithin is finish for a caller in no hurry: a finish that would go
+// alone waits up to within for others to share its script call.
+func (q *DelayQueue) finishWithin(ctx context.Context, id string, reservation any, topic string, within time.Duration) error {
 	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
 	}
 	c := &finishCall{b: b, id: id, reservation: reservation}
-	if err := q.finishes.For(b).Do(ctx, c); err != nil {
+	if err := q.finishes.For(b).DoWithin(ctx, c, within); err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
 	return q.finished(ctx, id, topic, c.status)

@@ -216,6 +216,23 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 	return looks
 }
 
+// jobsWait reports whether jobs of topic are known to wait for consumers:
+// a reserve call left signals, or this process holds some.
+func (w *waits) jobsWait(topic string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topics[topic]
+	if tw == nil {
+		return false
+	}
+	for b := range tw.avail {
+		if tw.avail[b] > 0 || tw.held[b] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // settle records what a reserve call on bucket b said: the signals left
 // (or reserveNoSignal: none, and jobs are left without one; reserveDry:
 // none, and no job is left), and whether the topic is paused.

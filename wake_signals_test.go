@@ -250,10 +250,8 @@ func burstToOneConsume(t *testing.T, be backend, buckets int) {
 func TestTheSignalsOfAFailedReserveCallGoOn(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
-		c := anotherClient(t, be.client)
 		failing := &failReserves{}
-		c.AddHook(failing)
-		q := newQueue(t, c, WithBuckets(1))
+		q := hookedQueue(t, be.client, failing)
 		pushed(t, q, &Job{Topic: "t"})
 		pushed(t, q, &Job{Topic: "t"})
 		w, err := q.waiting()
@@ -564,9 +562,7 @@ func TestPopsWokenTogetherReserveInOneCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		counter := &reserveCounter{}
-		c := anotherClient(t, be.client)
-		c.AddHook(counter)
-		q := newQueue(t, c, WithBuckets(1))
+		q := hookedQueue(t, be.client, counter)
 		w, err := q.waiting()
 		require.NoError(t, err)
 		w.woken = time.Minute // however slowly the woken come, they all do
@@ -775,6 +771,14 @@ func smallPoolClient(t *testing.T, c redis.UniversalClient, size int) redis.Univ
 	}
 	t.Cleanup(func() { _ = small.Close() })
 	return small
+}
+
+// hookedQueue is a queue of one bucket on a client of its own, which hook
+// watches.
+func hookedQueue(t *testing.T, c redis.UniversalClient, hook redis.Hook) *DelayQueue {
+	other := anotherClient(t, c)
+	other.AddHook(hook)
+	return newQueue(t, other, WithBuckets(1))
 }
 
 func anotherClient(t *testing.T, c redis.UniversalClient) redis.UniversalClient {

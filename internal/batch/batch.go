@@ -2,8 +2,8 @@
 // lane's batches are in flight, later callers queue up, and when one
 // returns, the first of them sends everything queued as the next batch. A
 // lone caller sends at once and pays nothing for it (unless the lane
-// waits, briefly, for callers announced: Expect); under load, many
-// callers share one round trip. The package knows nothing of what a
+// waits, briefly, for callers announced, Expect, or the caller is in no
+// hurry, DoWithin); under load, many callers share one round trip. The package knows nothing of what a
 // request is: the flush function given to a lane sends a batch and sets
 // each request's Err.
 package batch
@@ -25,8 +25,9 @@ type Lane[T any] struct {
 	busy    int        // batches in flight
 	queue   []*Request[T]
 	expect  int         // callers announced (Expect) and not come yet
-	wait    *time.Timer // ends the wait for them
+	wait    *time.Timer // ends the wait for them, or for company
 	waiting bool        // wait is set to fire
+	until   time.Time   // when it fires
 }
 
 // NewLane makes a lane that sends batches of up to max requests, with up
@@ -64,18 +65,35 @@ type Request[T any] struct {
 
 	done chan struct{}      // closed once Err is set
 	lead chan []*Request[T] // hands this request the next batch to send
+	by   time.Time          // DoWithin: when it goes, alone if it must; zero: at once
 }
 
 // Do sends in, alone or with others, and returns its outcome. A caller whose
 // ctx ends while it still waits in the queue returns ctx.Err(), and its
 // request is never sent; once sent, it waits for the outcome.
 func (c *Lane[T]) Do(ctx context.Context, in T) error {
+	return c.do(ctx, in, 0)
+}
+
+// DoWithin is Do for a caller in no hurry: its request goes once others
+// fill a batch with it, or one of them is in a hurry (Do), or within has
+// passed, whichever comes first; and while a batch is in flight it goes
+// with the next, as any request does. A lone caller's request waits within.
+func (c *Lane[T]) DoWithin(ctx context.Context, in T, within time.Duration) error {
+	return c.do(ctx, in, within)
+}
+
+func (c *Lane[T]) do(ctx context.Context, in T, within time.Duration) error {
 	r := &Request[T]{In: in}
+	now := time.Now()
+	if within > 0 {
+		r.by = now.Add(within)
+	}
 	c.mu.Lock()
 	if c.expect > 0 {
 		c.expect--
 	}
-	if c.idleLocked() && c.expect == 0 {
+	if c.idleLocked() && c.expect == 0 && (r.by.IsZero() || len(c.queue)+1 >= c.max) {
 		// Those who came while the lane waited for them go along.
 		batch := append([]*Request[T]{r}, c.takeLocked(c.max-1)...)
 		c.busy++
@@ -84,6 +102,9 @@ func (c *Lane[T]) Do(ctx context.Context, in T) error {
 	}
 	r.done, r.lead = make(chan struct{}), make(chan []*Request[T], 1)
 	c.queue = append(c.queue, r)
+	if !r.by.IsZero() && c.idleLocked() {
+		c.waitLocked(now, within)
+	}
 	c.mu.Unlock()
 	cancelled := ctx.Done()
 	for {
@@ -115,10 +136,18 @@ func (c *Lane[T]) Expect(n int, within time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expect += n
-	if c.waiting {
+	c.waitLocked(time.Now(), within)
+}
+
+// waitLocked holds the requests that come until within from now, or
+// until the lane's wait ends if that comes first: a wait is never made
+// longer.
+func (c *Lane[T]) waitLocked(now time.Time, within time.Duration) {
+	until := now.Add(within)
+	if c.waiting && !c.until.After(until) {
 		return
 	}
-	c.waiting = true
+	c.waiting, c.until = true, until
 	if c.wait == nil {
 		c.wait = time.AfterFunc(within, c.waited)
 	} else {
@@ -141,6 +170,38 @@ func (c *Lane[T]) waited() {
 	if batch != nil {
 		batch[0].lead <- batch
 	}
+}
+
+// dueLocked reports whether the queue goes now, once the lane may send:
+// it does unless every request in it is in no hurry (DoWithin), none is
+// due yet and they do not fill a batch. If it does not, the lane waits
+// until the first of them is due.
+func (c *Lane[T]) dueLocked() bool {
+	if len(c.queue) == 0 || len(c.queue) >= c.max {
+		return true
+	}
+	first := c.queue[0].by
+	for _, r := range c.queue {
+		if r.by.IsZero() {
+			return true
+		}
+		if r.by.Before(first) {
+			first = r.by
+		}
+	}
+	now := time.Now()
+	if !now.Before(first) {
+		return true
+	}
+	c.waitLocked(now, first.Sub(now))
+	return false
+}
+
+// Queued returns how many requests wait to be sent.
+func (c *Lane[T]) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
 }
 
 // idleLocked reports whether the lane may send another batch now.
@@ -180,7 +241,10 @@ func (c *Lane[T]) send(ctx context.Context, batch []*Request[T]) error {
 	}
 	c.flush(ctx, batch)
 	c.mu.Lock()
-	next := c.takeLocked(c.max)
+	var next []*Request[T]
+	if c.dueLocked() {
+		next = c.takeLocked(c.max)
+	}
 	n := len(next)
 	if n == 0 {
 		c.busy--

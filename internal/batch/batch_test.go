@@ -52,11 +52,7 @@ func openGate() *gate {
 // queued waits until n requests wait behind the batch in flight.
 func queued[T any](t *testing.T, c *Lane[T], n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.queue) == n
-	}, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.Queued() == n }, 10*time.Second, time.Millisecond)
 }
 
 func TestLaneSendsQueuedCallsAsOneBatch(t *testing.T) {
@@ -124,6 +120,84 @@ func TestLaneWaitsForTheCallersAnnouncedOnlySoLong(t *testing.T) {
 	assert.Equal(t, [][]int{{7}, {8}}, g.batches)
 	assert.Zero(t, c.busy)
 	assert.Zero(t, c.expect)
+	c.wait.Stop()
+}
+
+// Requests in no hurry wait for company while the lane is idle, and go at
+// once with a request in a hurry; queued behind a batch in flight, they
+// go with the next as every request does, unless every one of them is in
+// no hurry and none is due: then the lane waits for the first to be due
+// (here ended by hand).
+func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
+	g := openGate()
+	c := NewLane(100, 1, g.flush)
+	ctx := context.Background()
+	errs := make(chan error, 3)
+	for in := range 2 {
+		go func() { errs <- c.DoWithin(ctx, in, time.Hour) }()
+	}
+	queued(t, c, 2)
+	assert.Empty(t, g.batches, "held for company")
+	assert.True(t, c.waiting)
+	require.NoError(t, c.Do(ctx, 2))
+	for range 2 {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, g.batches, 1)
+	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0], "a request in a hurry takes them along")
+
+	c.waited() // the wait armed for the first two ends
+	go func() { errs <- c.DoWithin(ctx, 3, time.Hour) }()
+	queued(t, c, 1)
+	c.waited()
+	require.NoError(t, <-errs, "sent once its wait ended")
+	require.Len(t, g.batches, 2)
+	assert.Equal(t, []int{3}, g.batches[1])
+	assert.Zero(t, c.busy)
+	c.wait.Stop()
+}
+
+// A request in no hurry that fills a batch sends it at once.
+func TestLaneSendsAFullBatchInNoHurryAtOnce(t *testing.T) {
+	g := openGate()
+	c := NewLane(3, 1, g.flush)
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	for in := range 2 {
+		go func() { errs <- c.DoWithin(ctx, in, time.Hour) }()
+	}
+	queued(t, c, 2)
+	require.NoError(t, c.DoWithin(ctx, 2, time.Hour))
+	for range 2 {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, g.batches, 1)
+	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0])
+	c.wait.Stop()
+}
+
+// Requests in no hurry queued behind a batch in flight, none of them due,
+// wait when it returns, rather than go at once in a batch of their own.
+func TestLaneHoldsRequestsInNoHurryQueuedBehindABatch(t *testing.T) {
+	g := newGate()
+	c := NewLane(100, 1, g.flush)
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	go func() { errs <- c.Do(ctx, 0) }()
+	<-g.held
+	go func() { errs <- c.DoWithin(ctx, 1, time.Hour) }()
+	queued(t, c, 1)
+	close(g.release)
+	require.NoError(t, <-errs)
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.busy == 0 && c.waiting
+	}, 10*time.Second, time.Millisecond, "the lane waits for company")
+	assert.Equal(t, 1, c.Queued())
+	c.waited()
+	require.NoError(t, <-errs)
+	assert.Equal(t, [][]int{{0}, {1}}, g.batches)
 	c.wait.Stop()
 }
 
