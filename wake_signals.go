@@ -188,10 +188,17 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 			n -= h
 		}
 	}
-	// Where signals are left, no more than those; where not known, as
-	// many as wanted (the call says).
-	for i := range buckets {
-		b := (start + i) % buckets
+	// Where signals are left, no more than those, most first, so that
+	// consumers planning together go to one bucket and share its reserve
+	// call; then where not known, as many as wanted (the call says).
+	order := make([]int, buckets)
+	for i := range order {
+		order[i] = (start + i) % buckets
+	}
+	if !all {
+		slices.SortStableFunc(order, func(x, y int) int { return tw.avail[y] - tw.avail[x] })
+	}
+	for _, b := range order {
 		a := tw.avail[b]
 		if all {
 			a = unknown

@@ -413,6 +413,25 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 	assert.Equal(t, []look{{b: 0, n: 1}}, looks, "the next consumer looks at the list")
 }
 
+// Consumers that plan together go first where the most signals are left,
+// whatever bucket each would start from, so that their reserve calls
+// share one script call; once those signals are spoken for, they go on to
+// the next most.
+func TestConsumersGoWhereTheMostSignalsAreLeft(t *testing.T) {
+	q := newQueue(t, miniredisClient(t), WithBuckets(4))
+	w, err := q.waiting()
+	require.NoError(t, err)
+	w.mu.Lock()
+	tw := w.topicLocked("t")
+	copy(tw.avail, []int{1, 0, 3, unknown})
+	w.mu.Unlock()
+
+	assert.Equal(t, []look{{b: 2, n: 1}}, w.plan("t", 1, 0, false))
+	assert.Equal(t, []look{{b: 2, n: 1}}, w.plan("t", 1, 1, false), "from another start too")
+	assert.Equal(t, []look{{b: 0, n: 1}, {b: 2, n: 1}, {b: 3, n: 2}}, w.plan("t", 4, 3, false),
+		"the rest, as many each, from the start on; then where not known")
+}
+
 // A reserve call says whether jobs are left without a signal, and says the
 // list ran dry only when it read the list to its end: a call that took
 // nothing because no signal was left, while a job heads the list, says that
