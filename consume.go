@@ -24,7 +24,8 @@ type ConsumeOptions struct {
 	// Concurrency is how many handlers run at once. Default: 1. A job
 	// whose handler returned is settled (finished, retried) while the next
 	// job's handler already runs, so one Consume holds up to twice this
-	// many jobs reserved at a time.
+	// many jobs reserved at a time. A finish waits up to a millisecond for
+	// others to share its script call, or until Concurrency finishes wait.
 	Concurrency int
 	// Grace is how long running handlers may go on after ctx ends, before
 	// their contexts are cancelled and their jobs released. Default: 10s.
@@ -68,7 +69,7 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 	}
 	handler = q.wrapHandler(handler)
 
-	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: ctx,
+	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: ctx, concurrency: opts.Concurrency,
 		running: map[*Job]*running{}, kick: make(chan struct{}, 1)}
 	// Handlers outlive ctx by the grace period; their own context ends then.
 	var stopHandlers context.CancelFunc
@@ -106,13 +107,14 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 }
 
 type consumer struct {
-	q       *DelayQueue
-	handler Handler
-	maxRun  time.Duration   // 0: the default
-	ctx     context.Context // the handlers' context
-	popping context.Context // Consume's: it takes jobs until this ends
-	wg      sync.WaitGroup
-	kick    chan struct{} // buffered: a job started; the keeper plans again
+	q           *DelayQueue
+	handler     Handler
+	concurrency int
+	maxRun      time.Duration   // 0: the default
+	ctx         context.Context // the handlers' context
+	popping     context.Context // Consume's: it takes jobs until this ends
+	wg          sync.WaitGroup
+	kick        chan struct{} // buffered: a job started; the keeper plans again
 
 	mu      sync.Mutex
 	running map[*Job]*running // jobs whose handlers run and that are still ours to settle

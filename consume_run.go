@@ -129,7 +129,7 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 		if job.grant != "" {
 			within = 0
 		}
-		err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, within)
+		err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, within, c.concurrency)
 		c.q.settledGrant(sctx, job.Topic, job.grant, err)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed

@@ -389,44 +389,52 @@ func TestConsumeBacksOffOnlyForErrorsInARow(t *testing.T) {
 	assert.Equal(t, errorRun(2), run, "failures in a row add up")
 }
 
-// The finishes of jobs whose handlers end together go in one script call,
-// held for company until a finish in a hurry takes them along. Without
-// the wait, the first handler's finish goes alone and the rest after it.
+// The finishes of jobs whose handlers end together go in one script call:
+// held for company until as many finishes wait as Consume has slots, or
+// until a finish in a hurry takes them along. Without the wait, the first
+// handler's finish goes alone and the rest after it.
 func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		finishes := &scriptCounter{script: scriptFinish}
-		q := hookedQueue(t, be.client, finishes)
-		q.settleWithin = time.Minute // however slowly the others come
-		startQueue(t, q)
-		const n = 4
-		var ids []string
-		for range n {
-			ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+		for _, spare := range []int{0, 1} { // slots beyond the jobs
+			ctx := context.Background()
+			finishes := &scriptCounter{script: scriptFinish}
+			q := hookedQueue(t, be.client, finishes)
+			q.settleWithin = time.Minute // however slowly the others come
+			startQueue(t, q)
+			const n = 4
+			var ids []string
+			for range n {
+				ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+			}
+			other := pushed(t, q, &Job{Topic: "u"})
+			var started sync.WaitGroup
+			started.Add(n)
+			release := make(chan struct{})
+			h := func(ctx context.Context, job *Job) error {
+				started.Done()
+				<-release
+				return nil
+			}
+			stop := consumeInBackground(t, q, h, ConsumeOptions{Concurrency: n + spare})
+			started.Wait()
+			close(release)
+			if spare > 0 {
+				require.Eventually(t, func() bool { return q.finishes.For(0).Queued() == n },
+					10*time.Second, time.Millisecond, "the finishes wait for company")
+				assert.Zero(t, finishes.n.Load())
+				assert.ErrorIs(t, q.Finish(ctx, other), ErrNotReserved, "a finish in a hurry")
+			}
+			require.Eventually(t, func() bool {
+				for _, id := range ids {
+					if _, err := q.Get(ctx, id); !errors.Is(err, ErrNotFound) {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, time.Millisecond, "finished")
+			assert.EqualValues(t, 1, finishes.n.Load(), "one call for all, spare slots %d", spare)
+			stop()
 		}
-		other := pushed(t, q, &Job{Topic: "u"})
-		var started sync.WaitGroup
-		started.Add(n)
-		release := make(chan struct{})
-		h := func(ctx context.Context, job *Job) error {
-			started.Done()
-			<-release
-			return nil
-		}
-		stop := consumeInBackground(t, q, h, ConsumeOptions{Concurrency: n})
-		started.Wait()
-		close(release)
-		require.Eventually(t, func() bool { return q.finishes.For(0).Queued() == n },
-			10*time.Second, time.Millisecond, "the finishes wait for company")
-		assert.Zero(t, finishes.n.Load())
-
-		assert.ErrorIs(t, q.Finish(ctx, other), ErrNotReserved, "a finish in a hurry")
-		assert.EqualValues(t, 1, finishes.n.Load(), "one call for all")
-		for _, id := range ids {
-			_, err := q.Get(ctx, id)
-			assert.ErrorIs(t, err, ErrNotFound, "finished")
-		}
-		stop()
 	})
 }
 

@@ -47,18 +47,19 @@ type finishCall struct {
 // script calls: one per bucket. topic, when known, is reported to the
 // Observer.
 func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, topic string) error {
-	return q.finishWithin(ctx, id, reservation, topic, 0)
+	return q.finishWithin(ctx, id, reservation, topic, 0, 0)
 }
 
 // finishWithin is finish for a caller in no hurry: a finish that would go
-// alone waits up to within for others to share its script call.
-func (q *DelayQueue) finishWithin(ctx context.Context, id string, reservation any, topic string, within time.Duration) error {
+// alone waits up to within, or until enough finishes are queued, for
+// others to share its script call.
+func (q *DelayQueue) finishWithin(ctx context.Context, id string, reservation any, topic string, within time.Duration, enough int) error {
 	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
 	}
 	c := &finishCall{b: b, id: id, reservation: reservation}
-	if err := q.finishes.For(b).DoWithin(ctx, c, within); err != nil {
+	if err := q.finishes.For(b).DoWithin(ctx, c, within, enough); err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
 	return q.finished(ctx, id, topic, c.status)

@@ -3,9 +3,9 @@
 // returns, the first of them sends everything queued as the next batch. A
 // lone caller sends at once and pays nothing for it (unless the lane
 // waits, briefly, for callers announced, Expect, or the caller is in no
-// hurry, DoWithin); under load, many callers share one round trip. The package knows nothing of what a
-// request is: the flush function given to a lane sends a batch and sets
-// each request's Err.
+// hurry, DoWithin); under load, many callers share one round trip. The
+// package knows nothing of what a request is: the flush function given to
+// a lane sends a batch and sets each request's Err.
 package batch
 
 import (
@@ -66,45 +66,45 @@ type Request[T any] struct {
 	done chan struct{}      // closed once Err is set
 	lead chan []*Request[T] // hands this request the next batch to send
 	by   time.Time          // DoWithin: when it goes, alone if it must; zero: at once
+	// DoWithin: it goes once this many requests are queued (0: a full batch)
+	enough int
 }
 
 // Do sends in, alone or with others, and returns its outcome. A caller whose
 // ctx ends while it still waits in the queue returns ctx.Err(), and its
 // request is never sent; once sent, it waits for the outcome.
 func (c *Lane[T]) Do(ctx context.Context, in T) error {
-	return c.do(ctx, in, 0)
+	return c.do(ctx, &Request[T]{In: in})
 }
 
-// DoWithin is Do for a caller in no hurry: its request goes once others
-// fill a batch with it, or one of them is in a hurry (Do), or within has
-// passed, whichever comes first; and while a batch is in flight it goes
-// with the next, as any request does. A lone caller's request waits within.
-func (c *Lane[T]) DoWithin(ctx context.Context, in T, within time.Duration) error {
-	return c.do(ctx, in, within)
-}
-
-func (c *Lane[T]) do(ctx context.Context, in T, within time.Duration) error {
-	r := &Request[T]{In: in}
-	now := time.Now()
+// DoWithin is Do for a caller in no hurry: its request goes once enough
+// requests are queued with it (0 or more than a batch holds: a full batch),
+// or one of them is in a hurry (Do), or within has passed, whichever comes
+// first; and while a batch is in flight it goes with the next, as any
+// request does. A lone caller's request waits within.
+func (c *Lane[T]) DoWithin(ctx context.Context, in T, within time.Duration, enough int) error {
+	r := &Request[T]{In: in, enough: enough}
 	if within > 0 {
-		r.by = now.Add(within)
+		r.by = time.Now().Add(within)
 	}
+	return c.do(ctx, r)
+}
+
+func (c *Lane[T]) do(ctx context.Context, r *Request[T]) error {
 	c.mu.Lock()
 	if c.expect > 0 {
 		c.expect--
 	}
-	if c.idleLocked() && c.expect == 0 && (r.by.IsZero() || len(c.queue)+1 >= c.max) {
+	c.queue = append(c.queue, r)
+	if c.idleLocked() && c.expect == 0 && c.dueLocked() {
 		// Those who came while the lane waited for them go along.
+		c.queue = c.queue[:len(c.queue)-1]
 		batch := append([]*Request[T]{r}, c.takeLocked(c.max-1)...)
 		c.busy++
 		c.mu.Unlock()
 		return c.send(ctx, batch)
 	}
 	r.done, r.lead = make(chan struct{}), make(chan []*Request[T], 1)
-	c.queue = append(c.queue, r)
-	if !r.by.IsZero() && c.idleLocked() {
-		c.waitLocked(now, within)
-	}
 	c.mu.Unlock()
 	cancelled := ctx.Done()
 	for {
@@ -174,15 +174,15 @@ func (c *Lane[T]) waited() {
 
 // dueLocked reports whether the queue goes now, once the lane may send:
 // it does unless every request in it is in no hurry (DoWithin), none is
-// due yet and they do not fill a batch. If it does not, the lane waits
-// until the first of them is due.
+// due yet and they are not enough. If it does not, the lane waits until
+// the first of them is due.
 func (c *Lane[T]) dueLocked() bool {
 	if len(c.queue) == 0 || len(c.queue) >= c.max {
 		return true
 	}
 	first := c.queue[0].by
 	for _, r := range c.queue {
-		if r.by.IsZero() {
+		if r.by.IsZero() || (r.enough > 0 && len(c.queue) >= r.enough) {
 			return true
 		}
 		if r.by.Before(first) {

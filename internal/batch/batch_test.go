@@ -134,7 +134,7 @@ func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
 	ctx := context.Background()
 	errs := make(chan error, 3)
 	for in := range 2 {
-		go func() { errs <- c.DoWithin(ctx, in, time.Hour) }()
+		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 0) }()
 	}
 	queued(t, c, 2)
 	assert.Empty(t, g.batches, "held for company")
@@ -147,7 +147,7 @@ func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
 	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0], "a request in a hurry takes them along")
 
 	c.waited() // the wait armed for the first two ends
-	go func() { errs <- c.DoWithin(ctx, 3, time.Hour) }()
+	go func() { errs <- c.DoWithin(ctx, 3, time.Hour, 0) }()
 	queued(t, c, 1)
 	c.waited()
 	require.NoError(t, <-errs, "sent once its wait ended")
@@ -164,10 +164,30 @@ func TestLaneSendsAFullBatchInNoHurryAtOnce(t *testing.T) {
 	ctx := context.Background()
 	errs := make(chan error, 2)
 	for in := range 2 {
-		go func() { errs <- c.DoWithin(ctx, in, time.Hour) }()
+		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 0) }()
 	}
 	queued(t, c, 2)
-	require.NoError(t, c.DoWithin(ctx, 2, time.Hour))
+	require.NoError(t, c.DoWithin(ctx, 2, time.Hour, 0))
+	for range 2 {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, g.batches, 1)
+	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0])
+	c.wait.Stop()
+}
+
+// Requests in no hurry go once as many as the first asked for are queued.
+func TestLaneSendsRequestsInNoHurryOnceEnoughCame(t *testing.T) {
+	g := openGate()
+	c := NewLane(100, 1, g.flush)
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	for in := range 2 {
+		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 3) }()
+	}
+	queued(t, c, 2)
+	assert.Empty(t, g.batches, "not enough yet")
+	require.NoError(t, c.DoWithin(ctx, 2, time.Hour, 0))
 	for range 2 {
 		require.NoError(t, <-errs)
 	}
@@ -185,7 +205,7 @@ func TestLaneHoldsRequestsInNoHurryQueuedBehindABatch(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() { errs <- c.Do(ctx, 0) }()
 	<-g.held
-	go func() { errs <- c.DoWithin(ctx, 1, time.Hour) }()
+	go func() { errs <- c.DoWithin(ctx, 1, time.Hour, 0) }()
 	queued(t, c, 1)
 	close(g.release)
 	require.NoError(t, <-errs)
