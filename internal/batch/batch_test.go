@@ -157,43 +157,27 @@ func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
 	c.wait.Stop()
 }
 
-// A request in no hurry that fills a batch sends it at once.
-func TestLaneSendsAFullBatchInNoHurryAtOnce(t *testing.T) {
-	g := openGate()
-	c := NewLane(3, 1, g.flush)
-	ctx := context.Background()
-	errs := make(chan error, 2)
-	for in := range 2 {
-		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 0) }()
-	}
-	queued(t, c, 2)
-	require.NoError(t, c.DoWithin(ctx, 2, time.Hour, 0))
-	for range 2 {
-		require.NoError(t, <-errs)
-	}
-	require.Len(t, g.batches, 1)
-	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0])
-	c.wait.Stop()
-}
-
-// Requests in no hurry go once as many as the first asked for are queued.
+// Requests in no hurry go at once when they fill a batch, or when as many
+// are queued as the first two asked for.
 func TestLaneSendsRequestsInNoHurryOnceEnoughCame(t *testing.T) {
-	g := openGate()
-	c := NewLane(100, 1, g.flush)
-	ctx := context.Background()
-	errs := make(chan error, 2)
-	for in := range 2 {
-		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 3) }()
+	for _, tc := range []struct{ max, enough int }{{3, 0}, {100, 3}} {
+		g := openGate()
+		c := NewLane(tc.max, 1, g.flush)
+		ctx := context.Background()
+		errs := make(chan error, 2)
+		for in := range 2 {
+			go func() { errs <- c.DoWithin(ctx, in, time.Hour, tc.enough) }()
+		}
+		queued(t, c, 2)
+		assert.Empty(t, g.batches, "not enough yet")
+		require.NoError(t, c.DoWithin(ctx, 2, time.Hour, 0))
+		for range 2 {
+			require.NoError(t, <-errs)
+		}
+		require.Len(t, g.batches, 1, "%+v", tc)
+		assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0])
+		c.wait.Stop()
 	}
-	queued(t, c, 2)
-	assert.Empty(t, g.batches, "not enough yet")
-	require.NoError(t, c.DoWithin(ctx, 2, time.Hour, 0))
-	for range 2 {
-		require.NoError(t, <-errs)
-	}
-	require.Len(t, g.batches, 1)
-	assert.ElementsMatch(t, []int{0, 1, 2}, g.batches[0])
-	c.wait.Stop()
 }
 
 // Requests in no hurry queued behind a batch in flight, none of them due,
