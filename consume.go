@@ -138,7 +138,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 	defer close(work) // the idle workers end
 	workers := 0
 	var failures errorRun
-	var wait, gathering *time.Timer
+	var wait *time.Timer
 	backlog := false // the last pop took as many jobs as it asked, and more wait
 	for {
 		select {
@@ -160,7 +160,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 			// Jobs wait, and slots are about to come free (the handlers
 			// of one reply end together, one after another): they go in
 			// one call rather than this slot's alone and theirs after.
-			free += c.gather(ctx, slots, concurrency-free, &gathering)
+			free += c.gather(ctx, slots, concurrency-free)
 		}
 		sent := time.Now()
 		jobs, err := c.q.pop(ctx, topic, free, c.q.opts.poll)
@@ -233,20 +233,16 @@ const gatherWithin = 200 * time.Microsecond
 
 // gather takes up to n more slots as they come free, for the queue's
 // gatherWithin at most and until ctx ends, and returns how many it took.
-func (c *consumer) gather(ctx context.Context, slots chan<- struct{}, n int, t **time.Timer) int {
-	if *t == nil {
-		*t = time.NewTimer(c.q.gatherWithin)
-	} else {
-		(*t).Reset(c.q.gatherWithin)
-	}
-	defer (*t).Stop()
+func (c *consumer) gather(ctx context.Context, slots chan<- struct{}, n int) int {
+	t := time.NewTimer(c.q.gatherWithin) // a new one: no tick left from the last
+	defer t.Stop()
 	for took := 0; ; took++ {
 		if took == n {
 			return took
 		}
 		select {
 		case slots <- struct{}{}:
-		case <-(*t).C:
+		case <-t.C:
 			return took
 		case <-ctx.Done():
 			return took

@@ -464,11 +464,11 @@ func TestConsumePopsForHandlersEndedTogetherInOneCall(t *testing.T) {
 		}
 		stop := consumeInBackground(t, q, h, ConsumeOptions{Concurrency: n})
 		started.Wait()
-		before := reserves.calls.Load() - reserves.empty.Load()
+		before := reserves.found.Load()
 		close(release)
 		require.Eventually(t, func() bool { return handled.Load() == 2*n },
 			10*time.Second, time.Millisecond, "every job handled")
-		assert.EqualValues(t, 1, reserves.calls.Load()-reserves.empty.Load()-before,
+		assert.EqualValues(t, 1, reserves.found.Load()-before,
 			"one reserve call for the handlers ended together")
 		stop()
 	})

@@ -71,10 +71,10 @@ func allBlockedFor(qs []*DelayQueue, topic string) func() bool {
 	}
 }
 
-// reserveCounter counts the reserve calls a client sends, and those that
-// found no job.
+// reserveCounter counts the reserve calls a client sends, those that found
+// no job and those that reserved one.
 type reserveCounter struct {
-	calls, empty atomic.Int64
+	calls, empty, found atomic.Int64 // found: calls that reserved a job
 }
 
 func (r *reserveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -114,6 +114,8 @@ func (r *reserveCounter) count(cmd redis.Cmder) {
 	r.calls.Add(1)
 	if reply, _ := c.Val().([]any); len(reply) <= 2 {
 		r.empty.Add(1)
+	} else {
+		r.found.Add(1)
 	}
 }
 

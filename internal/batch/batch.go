@@ -28,6 +28,7 @@ type Lane[T any] struct {
 	wait    *time.Timer // ends the wait for them, or for company
 	waiting bool        // wait is set to fire
 	until   time.Time   // when it fires
+	called  bool        // callers were announced during the wait
 }
 
 // NewLane makes a lane that sends batches of up to max requests, with up
@@ -137,6 +138,7 @@ func (c *Lane[T]) Expect(n int, within time.Duration) {
 	defer c.mu.Unlock()
 	c.expect += n
 	c.waitLocked(time.Now(), within)
+	c.called = true
 }
 
 // waitLocked holds the requests that come until within from now, or
@@ -159,10 +161,13 @@ func (c *Lane[T]) waitLocked(now time.Time, within time.Duration) {
 // a batch sent by the first of them.
 func (c *Lane[T]) waited() {
 	c.mu.Lock()
-	c.expect, c.waiting = 0, false
+	called := c.called
+	c.expect, c.waiting, c.called = 0, false, false
 	var batch []*Request[T]
-	if c.idleLocked() && len(c.queue) > 0 {
-		// Only a wait leaves requests queued with no batch in flight.
+	// Only a wait leaves requests queued with no batch in flight. A wait
+	// for company that ended early (its requests went with others, and
+	// later ones came) waits on until the first of those is due.
+	if c.idleLocked() && len(c.queue) > 0 && (called || c.dueLocked()) {
 		batch = c.takeLocked(c.max)
 		c.busy++
 	}
