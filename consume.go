@@ -24,8 +24,10 @@ type ConsumeOptions struct {
 	// Concurrency is how many handlers run at once. Default: 1. A job
 	// whose handler returned is settled (finished, retried) while the next
 	// job's handler already runs, so one Consume holds up to twice this
-	// many jobs reserved at a time. A finish waits up to a millisecond for
-	// others to share its script call, or until Concurrency finishes wait.
+	// many jobs reserved at a time. A finish waits up to 5 ms to share a
+	// script call: it rides on this process's next reserve call to the
+	// job's bucket, or goes with other finishes once Concurrency of them
+	// wait.
 	Concurrency int
 	// Grace is how long running handlers may go on after ctx ends, before
 	// their contexts are cancelled and their jobs released. Default: 10s.

@@ -38,6 +38,19 @@ func consumeInBackground(t *testing.T, q *DelayQueue, h Handler, opts ConsumeOpt
 	}
 }
 
+// awaitGone waits until none of ids is in q: each was finished.
+func awaitGone(t *testing.T, q *DelayQueue, ids ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if _, err := q.Get(context.Background(), id); !errors.Is(err, ErrNotFound) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "finished")
+}
+
 func TestConsumeFinishesRetriesAndRecoversPanics(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
@@ -424,17 +437,57 @@ func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
 				assert.Zero(t, finishes.n.Load())
 				assert.ErrorIs(t, q.Finish(ctx, other), ErrNotReserved, "a finish in a hurry")
 			}
-			require.Eventually(t, func() bool {
-				for _, id := range ids {
-					if _, err := q.Get(ctx, id); !errors.Is(err, ErrNotFound) {
-						return false
-					}
-				}
-				return true
-			}, 10*time.Second, time.Millisecond, "finished")
+			awaitGone(t, q, ids...)
 			assert.EqualValues(t, 1, finishes.n.Load(), "one call for all, spare slots %d", spare)
 			stop()
 		}
+	})
+}
+
+// Finishes that wait for company ride on the next reserve call of their
+// bucket: the jobs are finished, and no finish call goes. Without the ride
+// they would wait for company until the wait ends (a minute here).
+func TestConsumeFinishesRideOnTheNextReserveCall(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		finishes := &scriptCounter{script: scriptFinish}
+		reserves := &reserveCounter{}
+		q := hookedQueue(t, be.client, finishes, reserves)
+		q.settleWithin = time.Minute
+		startQueue(t, q)
+		const n = 4
+		var ids []string
+		for range n {
+			ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+		}
+		var started sync.WaitGroup
+		started.Add(n)
+		release := make(chan struct{})
+		var handled atomic.Int64
+		h := func(ctx context.Context, job *Job) error {
+			if handled.Add(1) <= n {
+				started.Done()
+				<-release
+			}
+			return nil
+		}
+		stop := consumeInBackground(t, q, h, ConsumeOptions{Concurrency: n + 1})
+		started.Wait()
+		close(release)
+		require.Eventually(t, func() bool { return q.finishes.For(0).Queued() == n },
+			10*time.Second, time.Millisecond, "the finishes wait for company")
+		found := reserves.found.Load()
+		last := pushed(t, q, &Job{Topic: "t"})
+		awaitGone(t, q, ids...)
+		assert.Zero(t, finishes.n.Load(), "no finish call")
+		assert.Equal(t, found+1, reserves.found.Load(), "the reserve call of the last job took them")
+		require.Eventually(t, func() bool { return handled.Load() == n+1 }, 10*time.Second, time.Millisecond)
+		// The last job's finish may wait for company: one in a hurry
+		// takes it along.
+		other := pushed(t, q, &Job{Topic: "u"})
+		assert.ErrorIs(t, q.Finish(ctx, other), ErrNotReserved)
+		awaitGone(t, q, last)
+		stop()
 	})
 }
 

@@ -79,7 +79,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 			args = append(args, r.In.job.ID, r.In.job.reservation)
 		}
 		fins = append(fins, &scriptCall{script: scriptFinish, keys: q.keys.bucket(l.Key.b).finishKeys(), args: args})
-		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, true, args...))
+		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, true, nil, args...))
 	}
 	for _, t := range topics {
 		var grants []string

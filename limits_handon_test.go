@@ -25,7 +25,7 @@ func TestHandOnReservesNothingWhileThePreviousJobIsReserved(t *testing.T) {
 		require.NoError(t, err)
 
 		after := func() []*Job {
-			c := q.reserveCall(0, "t", 1, 0, true, first.ID, first.reservation)
+			c := q.reserveCall(0, "t", 1, 0, true, nil, first.ID, first.reservation)
 			q.sendCalls(ctx, []*scriptCall{c})
 			jobs, _, _, err := q.reserved(ctx, 0, "t", c)
 			require.NoError(t, err)

@@ -113,7 +113,7 @@ func TestScriptRepliesAreGos(t *testing.T) {
 		"reserve.lua": {"RESERVE_RAN_OUT": int64(reserveRanOut), "RESERVE_FILLED": int64(reserveFilled),
 			"RESERVE_STALE": int64(reserveStale), "RESERVE_PAUSED": int64(reservePaused), "RESERVE_NO_SIGNAL": reserveNoSignal,
 			"RESERVE_DRY": reserveDry},
-		"finish.lua": {"FINISH_DONE": finishDone, "FINISH_NO_JOB": finishNoJob,
+		"lib/finish.lua": {"FINISH_DONE": finishDone, "FINISH_NO_JOB": finishNoJob,
 			"FINISH_NOT_RESERVED": finishNotReserved, "FINISH_LOST": finishLost},
 		"lib/held.lua":   {"HELD_NO_JOB": heldNoJob, "HELD_LOST": heldLost},
 		"retry.lua":      {"RETRY_AGAIN": retryAgain, "RETRY_DIED": retryDied},

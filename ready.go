@@ -71,12 +71,23 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		func(c *reserveCall) list { return list{c.b, c.topic, c.greedy} },
 		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
+	rides := make([][]*batch.Request[*finishCall], len(groups))
 	for i, g := range groups {
 		held := 0
 		for _, r := range g.Reqs {
 			held += r.In.held
 		}
-		calls[i] = q.reserveCall(g.Key.b, g.Key.topic, g.Size, held, g.Key.greedy)
+		// The finishes of the bucket that wait to be sent go with the
+		// call, rather than in one of their own.
+		b := g.Key.b
+		rides[i] = q.finishes.For(b).Take(maxReserve, func(c *finishCall) bool { return c.b == b })
+		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, g.Key.greedy, finishCalls(rides[i]))
+		if len(rides[i]) > 0 {
+			// The finishes must not end with the popper's wait (a
+			// Consume that stops): the call goes whole, as a batch of
+			// several callers' does (internal/batch).
+			ctx = context.WithoutCancel(ctx)
+		}
 	}
 	q.sendCalls(ctx, calls)
 	// A call whose reply was lost may have reserved jobs that nobody
@@ -85,6 +96,13 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	q.resendUnanswered(ctx, calls, resendWindow)
 	q.answered(calls)
 	for i, g := range groups {
+		finished, err := reserveFinishes(calls[i].cmd, len(rides[i]))
+		for j, r := range rides[i] {
+			if r.Err = err; err == nil {
+				r.In.status = finished[j]
+			}
+			r.Done()
+		}
 		jobs, status, left, err := q.reserved(ctx, g.Key.b, g.Key.topic, calls[i])
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
@@ -95,22 +113,60 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 }
 
 // reserveCall is reserve.lua's call for up to n jobs of topic from bucket
-// b, with held signals; after, when given, is pairs of a job ID and a
-// reservation under which that job must no longer be reserved.
-// Its record slot is handed back by answered, once the call is answered.
-func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, after ...any) *scriptCall {
+// b, with held signals, that first finishes the jobs of finishes (pairs of
+// a job ID and a reservation, as finish.lua takes them); after, when
+// given, is pairs of a job ID and a reservation under which that job must
+// no longer be reserved. Its record slot is handed back by answered, once
+// the call is answered.
+func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, finishes []any, after ...any) *scriptCall {
 	bk := q.keys.bucket(b)
 	slot := q.records.take()
+	args := make([]any, 0, 10+len(finishes)+len(after))
+	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy, q.callName(), len(finishes)/2)
 	return &scriptCall{script: scriptReserve,
 		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
-			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused},
-		args:   append([]any{bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy, q.callName()}, after...),
-		record: slot, recorded: true}
+			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup},
+		args:   append(append(args, finishes...), after...),
+		record: slot, recorded: true, finishes: len(finishes) / 2}
+}
+
+// finishCalls returns the arguments that finish the jobs of reqs: pairs of
+// a job ID and a reservation.
+func finishCalls(reqs []*batch.Request[*finishCall]) []any {
+	args := make([]any, 0, 2*len(reqs))
+	for _, r := range reqs {
+		args = append(args, r.In.id, r.In.reservation)
+	}
+	return args
+}
+
+// reserveFinishes reads the answers of the n finishes a reserve call made
+// (reserveCall), which follow its status and signals left.
+func reserveFinishes(cmd *redis.Cmd, n int) ([]int64, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) < 2+n {
+		return nil, fmt.Errorf("unexpected reply %v", res)
+	}
+	out := make([]int64, n)
+	for i := range out {
+		v, ok := res[2+i].(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected reply %v", res)
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 // reserved reads the reply of reserve call c (reserveCall) of bucket b.
 func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scriptCall) ([]*Job, reserveStatus, int, error) {
-	jobs, status, left, err := reserveResult(c.cmd)
+	jobs, status, left, err := reserveResult(c.cmd, c.finishes)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
 	}
@@ -121,13 +177,18 @@ func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scrip
 	return jobs, status, left, nil
 }
 
-// reserveResult reads reserve.lua's reply: the jobs reserved, how the call
-// ended, and the signals left.
-func reserveResult(cmd *redis.Cmd) ([]*Job, reserveStatus, int, error) {
+// reserveResult reads reserve.lua's reply to a call that finished
+// finishes jobs first: the jobs reserved, how the call ended, and the
+// signals left.
+func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, error) {
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	if len(res) < 2+finishes {
+		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	res = append(res[:2:2], res[2+finishes:]...)
 	if len(res)%3 != 2 {
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}

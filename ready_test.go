@@ -274,6 +274,37 @@ func subscribed(t *testing.T, q *DelayQueue, topic string) {
 	require.ErrorIs(t, err, ErrNoJob)
 }
 
+// A reserve call finishes the jobs it carries first, as finish.lua does,
+// answering for each ahead of the jobs it reserves, and counts them.
+func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		for range 3 {
+			pushed(t, q, &Job{Topic: "t"})
+		}
+		done, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		kept, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		c := q.reserveCall(0, "t", 2, 0, true, []any{done.ID, done.reservation, kept.ID, kept.reservation + 1, "nope", ""})
+		q.sendCalls(ctx, []*scriptCall{c})
+		q.answered([]*scriptCall{c})
+		finished, err := reserveFinishes(c.cmd, 3)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{finishDone, finishLost, finishNoJob}, finished)
+		jobs, status, _, err := q.reserved(ctx, 0, "t", c)
+		require.NoError(t, err)
+		require.Len(t, jobs, 1, "the one job left ready")
+		assert.Equal(t, reserveRanOut, status)
+		_, err = q.Get(ctx, done.ID)
+		assert.ErrorIs(t, err, ErrNotFound)
+		counts, err := q.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, Counts{Reserved: 2}, counts, "the finished job is counted off")
+	})
+}
+
 func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
@@ -284,13 +315,13 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// the reply is lost.
 		callAs := func(name string) *redis.Cmd {
 			return scriptReserve.on(q.plain).Run(ctx, be.client,
-				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("slot-1"), bk.counts, bk.signals("t"), bk.paused},
-				bk.wake, q.pub, staleSkips, "t", 2, 60_000, 0, true, name)
+				[]string{bk.ready("t"), bk.pool, bk.zset, bk.reservations, bk.record("slot-1"), bk.counts, bk.signals("t"), bk.paused, bk.dedup},
+				bk.wake, q.pub, staleSkips, "t", 2, 60_000, 0, true, name, 0)
 		}
 		call := func() *redis.Cmd { return callAs("call-1") }
-		first, _, _, err := reserveResult(call())
+		first, _, _, err := reserveResult(call(), 0)
 		require.NoError(t, err)
-		again, _, _, err := reserveResult(call())
+		again, _, _, err := reserveResult(call(), 0)
 		require.NoError(t, err)
 		require.Len(t, first, 2)
 		for _, job := range first {
@@ -311,7 +342,7 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// Once the first job is finished, a late run answers with what
 		// the first run reserved and is still held under its reservations.
 		require.NoError(t, q.finish(ctx, first[0].ID, first[0].reservation, ""))
-		late, _, _, err := reserveResult(call())
+		late, _, _, err := reserveResult(call(), 0)
 		require.NoError(t, err)
 		assert.Equal(t, first[1:], late)
 		ttl, err := be.client.PTTL(ctx, bk.record("slot-1")).Result()
@@ -321,11 +352,11 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 		// The caller's next call with the same record key (this one was
 		// answered) is no second run: it reserves what is left, and its
 		// record takes the place of this one's.
-		next, _, _, err := reserveResult(callAs("call-2"))
+		next, _, _, err := reserveResult(callAs("call-2"), 0)
 		require.NoError(t, err)
 		require.Len(t, next, 1)
 		assert.Equal(t, ids[2], next[0].ID)
-		again, _, _, err = reserveResult(callAs("call-2"))
+		again, _, _, err = reserveResult(callAs("call-2"), 0)
 		require.NoError(t, err)
 		require.Len(t, again, 1, "a second run of the next call answers from its record")
 		assert.Equal(t, ids[2], again[0].ID)

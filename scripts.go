@@ -23,6 +23,9 @@ type scriptCall struct {
 	// recorded is set.
 	record   int
 	recorded bool
+	// finishes is how many jobs a reserve call finishes first: their
+	// answers lead its reply (reserveCall).
+	finishes int
 }
 
 // run runs a script by SHA over keys of bucket b. Concurrent calls share

@@ -796,9 +796,11 @@ func smallPoolClient(t *testing.T, c redis.UniversalClient, size int) redis.Univ
 
 // hookedQueue is a queue of one bucket on a client of its own, which hook
 // watches.
-func hookedQueue(t *testing.T, c redis.UniversalClient, hook redis.Hook) *DelayQueue {
+func hookedQueue(t *testing.T, c redis.UniversalClient, hooks ...redis.Hook) *DelayQueue {
 	other := anotherClient(t, c)
-	other.AddHook(hook)
+	for _, h := range hooks {
+		other.AddHook(h)
+	}
 	return newQueue(t, other, WithBuckets(1))
 }
 

@@ -202,6 +202,35 @@ func (c *Lane[T]) dueLocked() bool {
 	return false
 }
 
+// Take takes up to n of the queued requests whose inputs keep reports
+// true off the queue, for the caller to send with a call of its own (one
+// that goes anyway, which they ride on). The caller sets each one's Err,
+// or its outcome in In, and ends it with Done.
+func (c *Lane[T]) Take(n int, keep func(T) bool) []*Request[T] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var taken []*Request[T]
+	rest := c.queue[:0]
+	for _, r := range c.queue {
+		if len(taken) < n && keep(r.In) {
+			taken = append(taken, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	if len(c.queue) == 0 {
+		c.queue = nil
+	}
+	return taken
+}
+
+// Done ends a request taken with Take: its caller returns its Err.
+func (r *Request[T]) Done() {
+	close(r.done)
+}
+
 // Queued returns how many requests wait to be sent.
 func (c *Lane[T]) Queued() int {
 	c.mu.Lock()

@@ -161,6 +161,45 @@ func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
 	c.wait.Stop()
 }
 
+// Requests taken off the queue ride on the taker's call: the taker sets
+// their outcomes, the lane never sends them, and the others stay queued.
+func TestLaneHandsQueuedRequestsToATaker(t *testing.T) {
+	g := openGate()
+	c := NewLane(100, 1, g.flush)
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	for in := range 4 {
+		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 0) }()
+	}
+	queued(t, c, 4)
+	taken := c.Take(1, func(in int) bool { return in%2 == 1 })
+	require.Len(t, taken, 1, "no more than asked")
+	assert.Equal(t, 3, c.Queued())
+	taken = append(taken, c.Take(10, func(in int) bool { return in%2 == 1 })...)
+	require.Len(t, taken, 2)
+	assert.ElementsMatch(t, []int{1, 3}, Inputs(taken))
+	taken[0].Err = errors.New("refused")
+	for _, r := range taken {
+		r.Done()
+	}
+	failed := 0
+	for range 2 {
+		if recv(t, errs) != nil {
+			failed++
+		}
+	}
+	assert.Equal(t, 1, failed, "each returns the outcome its taker set")
+	assert.Empty(t, g.batches, "the lane sent none of them")
+	assert.Equal(t, 2, c.Queued(), "the others wait on")
+	require.NoError(t, c.Do(ctx, 4))
+	for range 2 {
+		require.NoError(t, recv(t, errs))
+	}
+	require.Len(t, g.batches, 1)
+	assert.ElementsMatch(t, []int{0, 2, 4}, g.batches[0])
+	c.wait.Stop()
+}
+
 // recv takes a caller's outcome, failing the test if none comes.
 func recv(t *testing.T, errs <-chan error) error {
 	t.Helper()

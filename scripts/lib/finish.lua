@@ -1,0 +1,55 @@
+--#include codec tallies window bury clock
+-- finish.lua: deleting reserved jobs whose work is done (scripts/finish.lua),
+-- alone or with the reserve call of their bucket (reserve.lua).
+
+-- A job's answer, as settle.go reads it.
+local FINISH_DONE = 1
+local FINISH_NO_JOB = 0
+local FINISH_NOT_RESERVED = -1
+local FINISH_LOST = -2
+
+-- finish_jobs finishes the jobs given as pairs in ARGV[from..to]: a job
+-- ID, and the reservation the caller holds or "" for any reservation. It
+-- returns one answer per job: 1 finished, 0 no such job, -1 the job is
+-- not reserved, -2 the caller's reservation is gone (the job is not
+-- reserved under it). Running it twice finishes once; the second run finds
+-- no job. An ID given twice is finished by the first of its entries.
+local function finish_jobs(pool, bucket, dedup, counts, from, to)
+  local ids = {}
+  for i = from, to, 2 do
+    ids[#ids + 1] = ARGV[i]
+  end
+  if #ids == 0 then
+    return {}
+  end
+  local vs = redis.call('HMGET', pool, unpack(ids))
+  local out, done, finished = {}, {}, {}
+  for i, id in ipairs(ids) do
+    local reservation, v = ARGV[from + 2 * i - 1], vs[i]
+    if not v or done[id] then
+      out[i] = FINISH_NO_JOB
+    else
+      -- Only the header matters here: the state and the reservation.
+      local state = byte(v, 1) % 8
+      if reservation ~= '' and (state ~= RESERVED or read48(v, RESERVATION) ~= tonumber(reservation)) then
+        out[i] = FINISH_LOST
+      elseif state ~= RESERVED then
+        out[i] = FINISH_NOT_RESERVED
+      else
+        out[i] = FINISH_DONE
+        done[id] = true
+        done[#done + 1] = id
+        add1(finished, topic_of(v))
+        if has_window(v) then -- spares the clock when there is no window
+          bury(dedup, id, v, floor(now_us() / 1000))
+        end
+      end
+    end
+  end
+  if #done > 0 then
+    redis.call('HDEL', pool, unpack(done))
+    redis.call('ZREM', bucket, unpack(done))
+    tally_each(counts, RESERVED, finished, -1)
+  end
+  return out
+end
