@@ -141,7 +141,7 @@ func finishCalls(reqs []*batch.Request[*finishCall]) []any {
 }
 
 // reserveFinishes reads the answers of the n finishes a reserve call made
-// (reserveCall), which follow its status and signals left.
+// (reserveCall), which end its reply.
 func reserveFinishes(cmd *redis.Cmd, n int) ([]int64, error) {
 	if n == 0 {
 		return nil, nil
@@ -155,7 +155,7 @@ func reserveFinishes(cmd *redis.Cmd, n int) ([]int64, error) {
 	}
 	out := make([]int64, n)
 	for i := range out {
-		v, ok := res[2+i].(int64)
+		v, ok := res[len(res)-n+i].(int64)
 		if !ok {
 			return nil, fmt.Errorf("unexpected reply %v", res)
 		}
@@ -188,7 +188,7 @@ func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, er
 	if len(res) < 2+finishes {
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
-	res = append(res[:2:2], res[2+finishes:]...)
+	res = res[:len(res)-finishes]
 	if len(res)%3 != 2 {
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}

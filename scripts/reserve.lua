@@ -22,8 +22,7 @@
 -- reservation (jobs whose grants the call's jobs take over, finished in
 -- the same pipeline just before: if a finish did not run first, its grant
 -- is not free yet)
--- returns {status, signals left, F answers, id, job, due_ms, id, job, due_ms, ...}:
--- the finishes' answers, as finish.lua gives them, then
+-- returns {status, signals left, id, job, due_ms, id, job, due_ms, ..., F answers}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
 -- list still holds jobs, whose signals are on their way or were lost with
@@ -32,7 +31,8 @@
 -- it holds no job), and status 1 when as
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
--- 3 when the topic is paused (the caller's signals are put back).
+-- 3 when the topic is paused (the caller's signals are put back); and last
+-- the finishes' answers, as finish.lua gives them.
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
 -- with a consumer that died holding it) is taken all the same, and a signal
@@ -62,7 +62,17 @@ local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local held = tonumber(ARGV[7])
 local name = ARGV[9]
 local finishes = tonumber(ARGV[10])
-local finish_answers = finish_jobs(pool, bucket, KEYS[9], KEYS[6], 11, 10 + 2 * finishes)
+local finish_answers = finishes > 0 and finish_jobs(pool, bucket, KEYS[9], KEYS[6], 11, 10 + 2 * finishes)
+
+-- answer is the reply out, followed by the finishes' answers.
+local function answer(out)
+  if finish_answers then
+    for _, a in ipairs(finish_answers) do
+      out[#out + 1] = a
+    end
+  end
+  return out
+end
 
 -- The call's status, first in its reply (ready.go reads it).
 local RESERVE_RAN_OUT = 0 -- the list, or the signals, ran out
@@ -74,253 +84,243 @@ local RESERVE_NO_SIGNAL = -1
 -- In place of the signals left: none, and the list holds no job.
 local RESERVE_DRY = -2
 
--- reserve is the call's reservation, its reply without the finishes'
--- answers.
-local function reserve()
-  for i = 11 + 2 * finishes, #ARGV, 2 do
-    local v = redis.call('HGET', pool, ARGV[i])
-    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
-      return {RESERVE_RAN_OUT, redis.call('LLEN', signals)}
-    end
+for i = 11 + 2 * finishes, #ARGV, 2 do
+  local v = redis.call('HGET', pool, ARGV[i])
+  if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
+    return answer({RESERVE_RAN_OUT, redis.call('LLEN', signals)})
   end
-  -- stranded is how long a job may wait with no signal left before a
-  -- call takes it regardless.
-  local stranded = 1000
+end
 
-  -- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
-  -- maxReserve (ready.go), and the script never takes more than 1,000.
-  local asked = math.min(tonumber(ARGV[5]), 1000)
-  local keep = tonumber(ARGV[6])
+-- stranded is how long a job may wait with no signal left before a
+-- call takes it regardless.
+local stranded = 1000
 
-  -- ours reports whether rec, a record read from KEYS[5], is this call's.
-  local function ours(rec)
-    return rec and sub(rec, 1, #name + 1) == name .. '\n'
+-- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
+-- maxReserve (ready.go), and the script never takes more than 1,000.
+local asked = math.min(tonumber(ARGV[5]), 1000)
+local keep = tonumber(ARGV[6])
+
+-- ours reports whether rec, a record read from KEYS[5], is this call's.
+local function ours(rec)
+  return rec and sub(rec, 1, #name + 1) == name .. '\n'
+end
+
+-- replay answers a second run from the record
+-- ("name\nstatus\nreservation\nid\nid..."): the jobs the first run
+-- reserved, those still reserved under its reservations.
+local function replay(rec)
+  local fields = {}
+  for f in string.gmatch(rec, '[^\n]+') do
+    fields[#fields + 1] = f
   end
-
-  -- replay answers a second run from the record
-  -- ("name\nstatus\nreservation\nid\nid..."): the jobs the first run
-  -- reserved, those still reserved under its reservations.
-  local function replay(rec)
-    local fields = {}
-    for f in string.gmatch(rec, '[^\n]+') do
-      fields[#fields + 1] = f
-    end
-    local status, base = tonumber(fields[2]), tonumber(fields[3])
-    local out = {status, redis.call('LLEN', signals)}
-    for i = 4, #fields do
-      local id = fields[i]
-      local v = redis.call('HGET', pool, id)
-      if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 3 then
-        out[#out + 1] = id
-        out[#out + 1] = v
-        out[#out + 1] = 0
-      end
-    end
-    return out
-  end
-
-  if redis.call('SISMEMBER', paused, topic) == 1 then
-    if held > 0 then
-      signal_list(signals, held)
-    end
-    return {RESERVE_PAUSED, redis.call('LLEN', signals)}
-  end
-
-  local now = now_us()
-  local now_ms = floor(now / 1000)
-  -- The topic's counts this call changes, read at once and written back at
-  -- once (lib/counts.lua, lib/places.lua): the place of the list's head,
-  -- and how many jobs are ready and reserved.
-  local counts = KEYS[6]
-  local count_fields = {'0:' .. topic, READY .. ':' .. topic, RESERVED .. ':' .. topic}
-  local cur = redis.call('HMGET', counts, unpack(count_fields))
-  local head = tonumber(cur[1] or '0')
-  local left = redis.call('LLEN', signals)
-
-  -- trimmed records n entries trimmed from the head of the list, which
-  -- still holds entries when more is true, and n_ready jobs reserved: the
-  -- place of the head moves on, and an empty list's count starts over
-  -- (0 is dropped with the other zeros, move.lua).
-  local function trimmed(n, more, n_ready)
-    local args = {}
-    if n > 0 or not more then
-      args[1], args[2] = count_fields[1], more and string.format('%d', head + n) or '0'
-    end
-    if n_ready > 0 then
-      args[#args + 1], args[#args + 2] = count_fields[2], string.format('%d', tonumber(cur[2] or '0') - n_ready)
-      args[#args + 1], args[#args + 2] = count_fields[3], string.format('%d', tonumber(cur[3] or '0') + n_ready)
-    end
-    if #args > 0 then
-      redis.call('HSET', counts, unpack(args))
-    end
-  end
-
-  -- waited_at reports whether v, the job of the list's entry at place at,
-  -- is ready there and has been for over a second.
-  local function waited_at(v, at)
-    return at_place(v, topic, at) and now_ms - read48(v, AT) > stranded
-  end
-
-  -- first_job finds the list's first entry that stands for a ready job,
-  -- looking past up to skips stale entries (the traces of jobs that left
-  -- the ready state) at its head, which no call with signals may have
-  -- come to drop. It returns how many entries lie before it, and the
-  -- job; or, when it found none, how many stale entries to drop (skips at
-  -- most) and whether the list holds more.
-  local function first_job()
-    local id = redis.call('LRANGE', ready, 0, 0)[1]
-    if not id then
-      return 0, nil, false
-    end
+  local status, base = tonumber(fields[2]), tonumber(fields[3])
+  local out = {status, redis.call('LLEN', signals)}
+  for i = 4, #fields do
+    local id = fields[i]
     local v = redis.call('HGET', pool, id)
-    if at_place(v, topic, head) then
-      return 0, v
-    end
-    local ids = redis.call('LRANGE', ready, 1, skips)
-    if #ids == 0 then
-      return 1, nil, false
-    end
-    local vs = redis.call('HMGET', pool, unpack(ids))
-    for i = 1, #ids do
-      if at_place(vs[i], topic, head + i) then
-        return i, vs[i]
-      end
-    end
-    -- 1 + #ids entries, all stale: when that is more than skips, the
-    -- last of them stays for the next look.
-    return math.min(1 + #ids, skips), nil, #ids == skips
-  end
-
-  local want = math.min(asked, held + left)
-  -- waiting: no signal is left, and a job heads the list, ready for under a
-  -- second, or may lie behind stale entries (the call says so rather than
-  -- that nothing is left). The stale entries before it are dropped.
-  local waiting, dropped, looked, status = false, 0, false, RESERVE_FILLED
-  if ARGV[8] == '1' then
-    want = asked
-  elseif want == 0 then
-    local before, v, more = first_job()
-    dropped, looked = before, true
-    if waited_at(v, head + before) then
-      want = 1
-    else
-      waiting = v ~= nil or more
-    end
-    if more then
-      status = RESERVE_STALE
+    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 3 then
+      out[#out + 1] = id
+      out[#out + 1] = v
+      out[#out + 1] = 0
     end
   end
-
-  -- The IDs are read first and trimmed off the list last, after the jobs are
-  -- written: a script that fails half-way leaves the list as it was. An
-  -- entry stands for its job only at the job's place (lib/places.lua).
-  -- Each read takes one entry more than it needs: whether the list holds
-  -- more than the call takes (beyond) comes with it, not from an LLEN, and
-  -- so does the job behind the last one taken (behind), which the call looks
-  -- at when it leaves no signal for it.
-  local found, jobs = {}, {} -- jobs: encoded
-  local stale, taken, beyond, read, behind = dropped, dropped, waiting, looked, nil
-  while #found < want do
-    read = true
-    local more = want - #found
-    local ids = redis.call('LRANGE', ready, taken, taken + more)
-    local n = math.min(#ids, more)
-    beyond = #ids > more
-    if n > 0 then
-      local vs = redis.call('HMGET', pool, unpack(ids))
-      behind = vs[n + 1]
-      for i = 1, n do
-        local id, v = ids[i], vs[i]
-        if at_place(v, topic, head + taken + i - 1) then
-          found[#found + 1], jobs[#jobs + 1] = id, v
-        else
-          stale = stale + 1
-        end
-      end
-    end
-    taken = taken + n
-    if not beyond then
-      break
-    end
-    if stale >= skips and #found < want then
-      status = RESERVE_STALE
-      break
-    end
-  end
-  if status == RESERVE_FILLED and #found < asked then
-    status = RESERVE_RAN_OUT
-  end
-  if #found == 0 then
-    -- An empty list may be the work of this call's first run.
-    local rec = redis.call('GET', record)
-    if ours(rec) then
-      return replay(rec)
-    end
-    if taken > 0 then
-      redis.call('LTRIM', ready, taken, -1)
-      trimmed(taken, beyond, 0)
-    end
-    if left == 0 and (waiting or status == RESERVE_STALE) then
-      return {status, RESERVE_NO_SIGNAL}
-    elseif left == 0 and read and not beyond then
-      return {status, RESERVE_DRY}
-    end
-    return {status, left}
-  end
-
-  local reservation = redis.call('INCRBY', reservations, #found) - #found
-  local rec = name .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
-  local before = redis.call('SET', record, rec, 'PX', keep, 'GET')
-  if ours(before) then
-    -- This call ran before: its record goes back, and the reservations
-    -- just taken go unused.
-    redis.call('SET', record, before, 'PX', keep)
-    return replay(before)
-  end
-
-  local out, fields, scores, first = {status, 0}, {}, {}, nil
-  for i, id in ipairs(found) do
-    -- A copy of the job with a new header: reserved, one more attempt, a
-    -- reservation of its own, until its TTR from now.
-    local v = jobs[i]
-    local t1, t2 = byte(v, 2, 3)
-    local at = now_ms + u32at(v, 6)
-    local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, reservation + i)
-    fields[2 * i - 1], fields[2 * i] = id, enc
-    scores[2 * i - 1], scores[2 * i] = at, id
-    out[3 * i], out[3 * i + 1], out[3 * i + 2] = id, enc, read48(v, AT)
-    if first == nil or at < first then
-      first = at
-    end
-  end
-  redis.call('HSET', pool, unpack(fields))
-  redis.call('ZADD', bucket, unpack(scores))
-  local claimed = math.min(#found - held, left)
-  if claimed > 0 then
-    redis.call('LTRIM', signals, claimed, -1)
-    left = left - claimed
-  end
-  redis.call('LTRIM', ready, taken, -1)
-  trimmed(taken, beyond, #found)
-  if left == 0 and beyond and waited_at(behind, head + taken) then
-    -- A job left behind without a signal: one for it, so that a waiting
-    -- consumer comes for it.
-    signal_list(signals, 1)
-    left = 1
-  end
-  out[2] = left
-  if left == 0 and beyond then
-    out[2] = RESERVE_NO_SIGNAL -- no signal left for the jobs the list still holds
-  elseif left == 0 then
-    out[2] = RESERVE_DRY
-  end
-  wake_if_first(bucket, pub, wake, first, now)
   return out
 end
 
--- The finishes' answers go after the status and the signals left.
-local out = reserve()
-for i = #finish_answers, 1, -1 do
-  table.insert(out, 3, finish_answers[i])
+if redis.call('SISMEMBER', paused, topic) == 1 then
+  if held > 0 then
+    signal_list(signals, held)
+  end
+  return answer({RESERVE_PAUSED, redis.call('LLEN', signals)})
 end
-return out
+
+local now = now_us()
+local now_ms = floor(now / 1000)
+-- The topic's counts this call changes, read at once and written back at
+-- once (lib/counts.lua, lib/places.lua): the place of the list's head,
+-- and how many jobs are ready and reserved.
+local counts = KEYS[6]
+local count_fields = {'0:' .. topic, READY .. ':' .. topic, RESERVED .. ':' .. topic}
+local cur = redis.call('HMGET', counts, unpack(count_fields))
+local head = tonumber(cur[1] or '0')
+local left = redis.call('LLEN', signals)
+
+-- trimmed records n entries trimmed from the head of the list, which
+-- still holds entries when more is true, and n_ready jobs reserved: the
+-- place of the head moves on, and an empty list's count starts over
+-- (0 is dropped with the other zeros, move.lua).
+local function trimmed(n, more, n_ready)
+  local args = {}
+  if n > 0 or not more then
+    args[1], args[2] = count_fields[1], more and string.format('%d', head + n) or '0'
+  end
+  if n_ready > 0 then
+    args[#args + 1], args[#args + 2] = count_fields[2], string.format('%d', tonumber(cur[2] or '0') - n_ready)
+    args[#args + 1], args[#args + 2] = count_fields[3], string.format('%d', tonumber(cur[3] or '0') + n_ready)
+  end
+  if #args > 0 then
+    redis.call('HSET', counts, unpack(args))
+  end
+end
+
+-- waited_at reports whether v, the job of the list's entry at place at,
+-- is ready there and has been for over a second.
+local function waited_at(v, at)
+  return at_place(v, topic, at) and now_ms - read48(v, AT) > stranded
+end
+
+-- first_job finds the list's first entry that stands for a ready job,
+-- looking past up to skips stale entries (the traces of jobs that left
+-- the ready state) at its head, which no call with signals may have
+-- come to drop. It returns how many entries lie before it, and the
+-- job; or, when it found none, how many stale entries to drop (skips at
+-- most) and whether the list holds more.
+local function first_job()
+  local id = redis.call('LRANGE', ready, 0, 0)[1]
+  if not id then
+    return 0, nil, false
+  end
+  local v = redis.call('HGET', pool, id)
+  if at_place(v, topic, head) then
+    return 0, v
+  end
+  local ids = redis.call('LRANGE', ready, 1, skips)
+  if #ids == 0 then
+    return 1, nil, false
+  end
+  local vs = redis.call('HMGET', pool, unpack(ids))
+  for i = 1, #ids do
+    if at_place(vs[i], topic, head + i) then
+      return i, vs[i]
+    end
+  end
+  -- 1 + #ids entries, all stale: when that is more than skips, the
+  -- last of them stays for the next look.
+  return math.min(1 + #ids, skips), nil, #ids == skips
+end
+
+local want = math.min(asked, held + left)
+-- waiting: no signal is left, and a job heads the list, ready for under a
+-- second, or may lie behind stale entries (the call says so rather than
+-- that nothing is left). The stale entries before it are dropped.
+local waiting, dropped, looked, status = false, 0, false, RESERVE_FILLED
+if ARGV[8] == '1' then
+  want = asked
+elseif want == 0 then
+  local before, v, more = first_job()
+  dropped, looked = before, true
+  if waited_at(v, head + before) then
+    want = 1
+  else
+    waiting = v ~= nil or more
+  end
+  if more then
+    status = RESERVE_STALE
+  end
+end
+
+-- The IDs are read first and trimmed off the list last, after the jobs are
+-- written: a script that fails half-way leaves the list as it was. An
+-- entry stands for its job only at the job's place (lib/places.lua).
+-- Each read takes one entry more than it needs: whether the list holds
+-- more than the call takes (beyond) comes with it, not from an LLEN, and
+-- so does the job behind the last one taken (behind), which the call looks
+-- at when it leaves no signal for it.
+local found, jobs = {}, {} -- jobs: encoded
+local stale, taken, beyond, read, behind = dropped, dropped, waiting, looked, nil
+while #found < want do
+  read = true
+  local more = want - #found
+  local ids = redis.call('LRANGE', ready, taken, taken + more)
+  local n = math.min(#ids, more)
+  beyond = #ids > more
+  if n > 0 then
+    local vs = redis.call('HMGET', pool, unpack(ids))
+    behind = vs[n + 1]
+    for i = 1, n do
+      local id, v = ids[i], vs[i]
+      if at_place(v, topic, head + taken + i - 1) then
+        found[#found + 1], jobs[#jobs + 1] = id, v
+      else
+        stale = stale + 1
+      end
+    end
+  end
+  taken = taken + n
+  if not beyond then
+    break
+  end
+  if stale >= skips and #found < want then
+    status = RESERVE_STALE
+    break
+  end
+end
+if status == RESERVE_FILLED and #found < asked then
+  status = RESERVE_RAN_OUT
+end
+if #found == 0 then
+  -- An empty list may be the work of this call's first run.
+  local rec = redis.call('GET', record)
+  if ours(rec) then
+    return answer(replay(rec))
+  end
+  if taken > 0 then
+    redis.call('LTRIM', ready, taken, -1)
+    trimmed(taken, beyond, 0)
+  end
+  if left == 0 and (waiting or status == RESERVE_STALE) then
+    return answer({status, RESERVE_NO_SIGNAL})
+  elseif left == 0 and read and not beyond then
+    return answer({status, RESERVE_DRY})
+  end
+  return answer({status, left})
+end
+
+local reservation = redis.call('INCRBY', reservations, #found) - #found
+local rec = name .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
+local before = redis.call('SET', record, rec, 'PX', keep, 'GET')
+if ours(before) then
+  -- This call ran before: its record goes back, and the reservations
+  -- just taken go unused.
+  redis.call('SET', record, before, 'PX', keep)
+  return answer(replay(before))
+end
+
+local out, fields, scores, first = {status, 0}, {}, {}, nil
+for i, id in ipairs(found) do
+  -- A copy of the job with a new header: reserved, one more attempt, a
+  -- reservation of its own, until its TTR from now.
+  local v = jobs[i]
+  local t1, t2 = byte(v, 2, 3)
+  local at = now_ms + u32at(v, 6)
+  local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, reservation + i)
+  fields[2 * i - 1], fields[2 * i] = id, enc
+  scores[2 * i - 1], scores[2 * i] = at, id
+  out[3 * i], out[3 * i + 1], out[3 * i + 2] = id, enc, read48(v, AT)
+  if first == nil or at < first then
+    first = at
+  end
+end
+redis.call('HSET', pool, unpack(fields))
+redis.call('ZADD', bucket, unpack(scores))
+local claimed = math.min(#found - held, left)
+if claimed > 0 then
+  redis.call('LTRIM', signals, claimed, -1)
+  left = left - claimed
+end
+redis.call('LTRIM', ready, taken, -1)
+trimmed(taken, beyond, #found)
+if left == 0 and beyond and waited_at(behind, head + taken) then
+  -- A job left behind without a signal: one for it, so that a waiting
+  -- consumer comes for it.
+  signal_list(signals, 1)
+  left = 1
+end
+out[2] = left
+if left == 0 and beyond then
+  out[2] = RESERVE_NO_SIGNAL -- no signal left for the jobs the list still holds
+elseif left == 0 then
+  out[2] = RESERVE_DRY
+end
+wake_if_first(bucket, pub, wake, first, now)
+return answer(out)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,8 @@ type Lane[T any] struct {
 	max      int // requests per batch
 	inflight int // batches in flight at most
 	flush    func(ctx context.Context, batch []*Request[T])
+
+	calm atomic.Int64 // requests in no hurry in the queue: Take looks without the lock
 
 	mu      sync.Mutex // guards the fields below
 	busy    int        // batches in flight
@@ -104,6 +107,9 @@ func (c *Lane[T]) do(ctx context.Context, r *Request[T]) error {
 		c.busy++
 		c.mu.Unlock()
 		return c.send(ctx, batch)
+	}
+	if !r.by.IsZero() {
+		c.calm.Add(1)
 	}
 	r.done, r.lead = make(chan struct{}), make(chan []*Request[T], 1)
 	c.mu.Unlock()
@@ -202,17 +208,23 @@ func (c *Lane[T]) dueLocked() bool {
 	return false
 }
 
-// Take takes up to n of the queued requests whose inputs keep reports
-// true off the queue, for the caller to send with a call of its own (one
-// that goes anyway, which they ride on). The caller sets each one's Err,
-// or its outcome in In, and ends it with Done.
+// Take takes up to n of the queued requests in no hurry (DoWithin) whose
+// inputs keep reports true off the queue, for the caller to send with a
+// call of its own (one that goes anyway, which they ride on). The caller
+// sets each one's Err, or its outcome in In, and ends it with Done.
+// Requests in a hurry are left to go with the lane's next batch: taking
+// them would split it, not spare a call.
 func (c *Lane[T]) Take(n int, keep func(T) bool) []*Request[T] {
+	if c.calm.Load() == 0 {
+		return nil // spares the lock the lane's callers contend for
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var taken []*Request[T]
 	rest := c.queue[:0]
 	for _, r := range c.queue {
-		if len(taken) < n && keep(r.In) {
+		if len(taken) < n && !r.by.IsZero() && keep(r.In) {
+			c.calm.Add(-1)
 			taken = append(taken, r)
 		} else {
 			rest = append(rest, r)
@@ -247,6 +259,11 @@ func (c *Lane[T]) idleLocked() bool {
 func (c *Lane[T]) takeLocked(n int) []*Request[T] {
 	n = min(len(c.queue), n)
 	taken := c.queue[:n:n]
+	for _, r := range taken {
+		if !r.by.IsZero() {
+			c.calm.Add(-1)
+		}
+	}
 	c.queue = c.queue[n:]
 	if len(c.queue) == 0 {
 		c.queue = nil
@@ -261,6 +278,9 @@ func (c *Lane[T]) dequeue(r *Request[T]) bool {
 	i := slices.Index(c.queue, r)
 	if i >= 0 {
 		c.queue = slices.Delete(c.queue, i, i+1)
+		if !r.by.IsZero() {
+			c.calm.Add(-1)
+		}
 	}
 	return i >= 0
 }

@@ -158,26 +158,30 @@ func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
 	require.Len(t, g.batches, 2)
 	assert.ElementsMatch(t, []int{3, 4}, g.batches[1])
 	assert.Zero(t, c.busy)
+	assert.Zero(t, c.calm.Load(), "none in no hurry is left")
 	c.wait.Stop()
 }
 
-// Requests taken off the queue ride on the taker's call: the taker sets
-// their outcomes, the lane never sends them, and the others stay queued.
+// Requests in no hurry taken off the queue ride on the taker's call: the
+// taker sets their outcomes, and the lane never sends them. The others,
+// and requests in a hurry, stay queued for the lane's next batch.
 func TestLaneHandsQueuedRequestsToATaker(t *testing.T) {
-	g := openGate()
+	g := newGate()
 	c := NewLane(100, 1, g.flush)
 	ctx := context.Background()
-	errs := make(chan error, 4)
-	for in := range 4 {
+	errs := make(chan error, 6)
+	go func() { errs <- c.Do(ctx, 0) }()
+	<-g.held
+	for in := 1; in <= 4; in++ {
 		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 0) }()
 	}
-	queued(t, c, 4)
-	taken := c.Take(1, func(in int) bool { return in%2 == 1 })
+	go func() { errs <- c.Do(ctx, 5) }()
+	queued(t, c, 5)
+	odd := func(in int) bool { return in%2 == 1 }
+	taken := c.Take(1, odd)
 	require.Len(t, taken, 1, "no more than asked")
-	assert.Equal(t, 3, c.Queued())
-	taken = append(taken, c.Take(10, func(in int) bool { return in%2 == 1 })...)
-	require.Len(t, taken, 2)
-	assert.ElementsMatch(t, []int{1, 3}, Inputs(taken))
+	taken = append(taken, c.Take(10, odd)...)
+	assert.ElementsMatch(t, []int{1, 3}, Inputs(taken), "not 5, in a hurry")
 	taken[0].Err = errors.New("refused")
 	for _, r := range taken {
 		r.Done()
@@ -189,15 +193,14 @@ func TestLaneHandsQueuedRequestsToATaker(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, failed, "each returns the outcome its taker set")
-	assert.Empty(t, g.batches, "the lane sent none of them")
-	assert.Equal(t, 2, c.Queued(), "the others wait on")
-	require.NoError(t, c.Do(ctx, 4))
-	for range 2 {
+	assert.Equal(t, 3, c.Queued(), "the others wait on")
+	close(g.release)
+	for range 4 {
 		require.NoError(t, recv(t, errs))
 	}
-	require.Len(t, g.batches, 1)
-	assert.ElementsMatch(t, []int{0, 2, 4}, g.batches[0])
-	c.wait.Stop()
+	require.Len(t, g.batches, 2)
+	assert.ElementsMatch(t, []int{2, 4, 5}, g.batches[1], "the lane sent none of those taken")
+	assert.Zero(t, c.calm.Load(), "none in no hurry is left")
 }
 
 // recv takes a caller's outcome, failing the test if none comes.
