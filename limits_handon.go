@@ -11,16 +11,15 @@ import (
 
 // Hand-on: a job of a topic with a concurrency limit (and no rate) whose
 // handler succeeded passes its grant on to the next job in the round trip
-// that finishes it. One pipeline carries the finish, a reservation of one
-// job of the topic from the same bucket, and the grant's renewal (for the
-// hand-ons of a process at the same time: one finish and one reserve per
-// bucket, one renewal per topic). The reservation waits for nothing, and
-// nothing is counted twice: it is in the finished job's slot (on a Cluster,
-// on its master, after the finish in the same connection), and reserve.lua
-// takes nothing while the finished job is still reserved (the finish did not
-// run first). The grant is never free between the two jobs, and a renewal
-// refused (a Rate added, or limits lowered since) releases the new job
-// before the grant goes back.
+// that finishes it. One pipeline carries a reserve call that finishes the
+// job and reserves one job of the topic from the same bucket, and the
+// grant's renewal (for the hand-ons of a process at the same time: one
+// reserve call per bucket, one renewal per topic). The reservation waits
+// for nothing, and nothing is counted twice: reserve.lua finishes the jobs
+// it carries before it reserves, in the same script, so the finished job
+// is never still reserved when the next one is. The grant is never free
+// between the two jobs, and a renewal refused (a Rate added, or limits
+// lowered since) releases the new job before the grant goes back.
 
 // handOnCall is one job whose grant goes on, and what became of it.
 type handOnCall struct {
@@ -53,9 +52,8 @@ func (q *DelayQueue) handOnLane() *batch.Lane[*handOnCall] {
 }
 
 // flushHandOns sends a batch of hand-ons in one pipeline: per bucket, one
-// finish of its jobs and then one reserve of as many, which takes nothing
-// unless every one of them is finished; per topic, one renewal of their
-// grants.
+// reserve call that finishes its jobs and reserves as many; per topic, one
+// renewal of their grants.
 func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*handOnCall]) {
 	w, err := q.waiting()
 	if err != nil {
@@ -72,14 +70,13 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		func(*handOnCall) int { return 1 }, maxReserve)
 	topics := batch.GroupBy(reqs, func(c *handOnCall) string { return c.job.Topic },
 		func(*handOnCall) int { return 1 }, maxPipelinedCalls)
-	var fins, ress, renews []*scriptCall
+	var ress, renews []*scriptCall
 	for _, l := range lists {
 		var args []any
 		for _, r := range l.Reqs {
 			args = append(args, r.In.job.ID, r.In.job.reservation)
 		}
-		fins = append(fins, &scriptCall{script: scriptFinish, keys: q.keys.bucket(l.Key.b).finishKeys(), args: args})
-		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, true, nil, args...))
+		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, true, args))
 	}
 	for _, t := range topics {
 		var grants []string
@@ -88,7 +85,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		}
 		renews = append(renews, q.renewCall(t.Key, grants...))
 	}
-	q.sendCalls(ctx, slices.Concat(fins, ress, renews))
+	q.sendCalls(ctx, slices.Concat(ress, renews))
 	q.resendUnanswered(ctx, ress, resendWindow)
 	q.answered(ress)
 
@@ -99,10 +96,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		}
 	}
 	for i, l := range lists {
-		status, ferr := fins[i].cmd.Int64Slice()
-		if ferr == nil && len(status) != len(l.Reqs) {
-			ferr = fmt.Errorf("unexpected reply %v", status)
-		}
+		status, ferr := reserveFinishes(ress[i].cmd, len(l.Reqs))
 		jobs, st, left, rerr := q.reserved(ctx, l.Key.b, l.Key.topic, ress[i])
 		if rerr == nil {
 			w.settle(l.Key.topic, l.Key.b, left, st)
@@ -121,8 +115,8 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 				q.settledGrant(ctx, c.job.Topic, c.job.grant, c.err)
 				continue
 			}
-			// The reserve ran after the job was no longer reserved:
-			// whatever the finish's reply said, its grant is free for
+			// The reserve ran after the job's finish, in the same
+			// script: whatever the finish said, its grant is free for
 			// the new job.
 			next := jobs[:1]
 			jobs = jobs[1:]

@@ -11,34 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The reservation that takes over a finished job's grant reserves nothing
-// while that job is still reserved: a finish that did not run before it
-// (a script not loaded, another order) never lets two jobs share a grant.
-func TestHandOnReservesNothingWhileThePreviousJobIsReserved(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
-		q := newQueue(t, be.client, WithName(uniqueName(t)), WithBuckets(1))
-		startQueue(t, q)
-		pushed(t, q, &Job{Topic: "t"})
-		pushed(t, q, &Job{Topic: "t"})
-		first, err := q.Pop(ctx, "t", 0)
-		require.NoError(t, err)
-
-		after := func() []*Job {
-			c := q.reserveCall(0, "t", 1, 0, true, nil, first.ID, first.reservation)
-			q.sendCalls(ctx, []*scriptCall{c})
-			jobs, _, _, err := q.reserved(ctx, 0, "t", c)
-			require.NoError(t, err)
-			return jobs
-		}
-		assert.Empty(t, after(), "the first job still holds the grant")
-		require.NoError(t, q.Finish(ctx, first.ID))
-		jobs := after()
-		require.Len(t, jobs, 1, "the first job finished: its grant is free")
-		assert.NotEqual(t, first.ID, jobs[0].ID)
-	})
-}
-
 // Under a concurrency limit, handlers that finish hand their grants on to
 // the next jobs: every job runs once, never more at once than the limit,
 // as the handlers count themselves.

@@ -114,19 +114,17 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 
 // reserveCall is reserve.lua's call for up to n jobs of topic from bucket
 // b, with held signals, that first finishes the jobs of finishes (pairs of
-// a job ID and a reservation, as finish.lua takes them); after, when
-// given, is pairs of a job ID and a reservation under which that job must
-// no longer be reserved. Its record slot is handed back by answered, once
-// the call is answered.
-func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, finishes []any, after ...any) *scriptCall {
+// a job ID and a reservation, as finish.lua takes them). Its record slot
+// is handed back by answered, once the call is answered.
+func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, finishes []any) *scriptCall {
 	bk := q.keys.bucket(b)
 	slot := q.records.take()
-	args := make([]any, 0, 10+len(finishes)+len(after))
+	args := make([]any, 0, 10+len(finishes))
 	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy, q.callName(), len(finishes)/2)
 	return &scriptCall{script: scriptReserve,
 		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
 			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup},
-		args:   append(append(args, finishes...), after...),
+		args:   append(args, finishes...),
 		record: slot, recorded: true, finishes: len(finishes) / 2}
 }
 

@@ -17,11 +17,7 @@
 -- of the bucket the call finishes first, F  ARGV[11..10+2F] those jobs, as
 -- finish.lua takes them: pairs of a job ID and a reservation (a consumer's
 -- finishes ride on its next reserve call: one script call where two would
--- be)  ARGV[11+2F..] (optional) pairs of a job ID and a reservation:
--- reserve nothing while one of those jobs is reserved under its
--- reservation (jobs whose grants the call's jobs take over, finished in
--- the same pipeline just before: if a finish did not run first, its grant
--- is not free yet)
+-- be, and a job whose grant passes to the next, limits_handon.go)
 -- returns {status, signals left, id, job, due_ms, id, job, due_ms, ..., F answers}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
@@ -83,13 +79,6 @@ local RESERVE_PAUSED = 3 -- the topic is paused
 local RESERVE_NO_SIGNAL = -1
 -- In place of the signals left: none, and the list holds no job.
 local RESERVE_DRY = -2
-
-for i = 11 + 2 * finishes, #ARGV, 2 do
-  local v = redis.call('HGET', pool, ARGV[i])
-  if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == tonumber(ARGV[i + 1]) then
-    return answer({RESERVE_RAN_OUT, redis.call('LLEN', signals)})
-  end
-end
 
 -- stranded is how long a job may wait with no signal left before a
 -- call takes it regardless.
