@@ -11,6 +11,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// A job that hands its grant on is finished by the reserve call that takes
+// the next job: no finish call goes.
+func TestHandOnFinishesInTheReserveCall(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		finishes := &scriptCounter{script: scriptFinish}
+		q := hookedQueue(t, be.client, finishes)
+		startQueue(t, q)
+		require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: 1}))
+		var ids []string
+		for range 5 {
+			ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+		}
+		stop := consumeInBackground(t, q, func(context.Context, *Job) error { return nil }, ConsumeOptions{Concurrency: 1})
+		awaitGone(t, q, ids...)
+		stop()
+		assert.Zero(t, finishes.n.Load())
+	})
+}
+
 // Under a concurrency limit, handlers that finish hand their grants on to
 // the next jobs: every job runs once, never more at once than the limit,
 // as the handlers count themselves.

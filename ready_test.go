@@ -275,7 +275,10 @@ func subscribed(t *testing.T, q *DelayQueue, topic string) {
 }
 
 // A reserve call finishes the jobs it carries first, as finish.lua does,
-// answering for each ahead of the jobs it reserves, and counts them.
+// answering for each after the jobs it reserves, and counts them. Its
+// second run (go-redis sends it again when the reply is lost) finds those
+// jobs gone, and answers for them from the first run's record, whether the
+// call reserved jobs or not.
 func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
@@ -287,21 +290,39 @@ func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 		require.NoError(t, err)
 		kept, err := q.Pop(ctx, "t", 0)
 		require.NoError(t, err)
-		c := q.reserveCall(0, "t", 2, 0, true, []any{done.ID, done.reservation, kept.ID, kept.reservation + 1, "nope", ""})
-		q.sendCalls(ctx, []*scriptCall{c})
-		q.answered([]*scriptCall{c})
-		finished, err := reserveFinishes(c.cmd, 3)
-		require.NoError(t, err)
-		assert.Equal(t, []int64{finishDone, finishLost, finishNoJob}, finished)
-		jobs, status, _, err := q.reserved(ctx, 0, "t", c)
-		require.NoError(t, err)
-		require.Len(t, jobs, 1, "the one job left ready")
-		assert.Equal(t, reserveRanOut, status)
+		// run sends c twice, as a call whose reply was lost, and returns
+		// each run's finish answers and jobs.
+		run := func(c *scriptCall, finishes int) (answers [2][]int64, jobs [2][]*Job) {
+			for i := range 2 {
+				q.sendCalls(ctx, []*scriptCall{c})
+				answers[i], err = reserveFinishes(c.cmd, finishes)
+				require.NoError(t, err)
+				jobs[i], _, _, err = q.reserved(ctx, 0, "t", c)
+				require.NoError(t, err)
+			}
+			q.answered([]*scriptCall{c})
+			return answers, jobs
+		}
+		answers, jobs := run(q.reserveCall(0, "t", 2, 0, true, []any{done.ID, done.reservation, kept.ID, kept.reservation + 1, "nope", ""}), 3)
+		assert.Equal(t, []int64{finishDone, finishLost, finishNoJob}, answers[0])
+		assert.Equal(t, answers[0], answers[1], "the second run answers as the first")
+		require.Len(t, jobs[0], 1, "the one job left ready")
+		require.Len(t, jobs[1], 1)
+		assert.Equal(t, jobs[0][0].ID, jobs[1][0].ID)
 		_, err = q.Get(ctx, done.ID)
 		assert.ErrorIs(t, err, ErrNotFound)
 		counts, err := q.Counts(ctx, "t")
 		require.NoError(t, err)
-		assert.Equal(t, Counts{Reserved: 2}, counts, "the finished job is counted off")
+		assert.Equal(t, Counts{Reserved: 2}, counts, "the finished job is counted off, once")
+
+		// Nothing left to reserve: the call's record keeps the answers.
+		answers, jobs = run(q.reserveCall(0, "t", 1, 0, true, []any{kept.ID, kept.reservation}), 1)
+		assert.Equal(t, [2][]int64{{finishDone}, {finishDone}}, answers)
+		assert.Empty(t, jobs[0])
+		assert.Empty(t, jobs[1])
+		counts, err = q.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, Counts{Reserved: 1}, counts)
 	})
 }
 

@@ -24,7 +24,7 @@ type scriptCall struct {
 	record   int
 	recorded bool
 	// finishes is how many jobs a reserve call finishes first: their
-	// answers lead its reply (reserveCall).
+	// answers end its reply (reserveCall).
 	finishes int
 }
 

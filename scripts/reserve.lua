@@ -50,7 +50,9 @@
 -- lost) answers from the record, so a reservation whose reply never
 -- arrived does not spend an attempt of a job nobody received. The caller's
 -- next call with the same key writes over the record (no command spent
--- deleting it); it expires in any case.
+-- deleting it); it expires in any case. A call that carries finishes
+-- records their answers too, whatever it reserved: its second run finds
+-- those jobs gone, and answers for them from the record.
 
 local ready, pool, bucket, reservations, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local signals, paused = KEYS[7], KEYS[8]
@@ -94,20 +96,42 @@ local function ours(rec)
   return rec and sub(rec, 1, #name + 1) == name .. '\n'
 end
 
--- replay answers a second run from the record
--- ("name\nstatus\nreservation\nid\nid..."): the jobs the first run
--- reserved, those still reserved under its reservations.
+-- record_of is the record of this call: its name, the finishes' answers
+-- ("-" for none), how it ended, the reservation before its first, and the
+-- IDs it reserved.
+local function record_of(status, reservation, found)
+  local answers = finish_answers and table.concat(finish_answers, ',') or '-'
+  return name .. '\n' .. answers .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
+end
+
+-- remember records a call that reserved nothing, if it carries finishes.
+local function remember(status)
+  if finish_answers then
+    redis.call('SET', record, record_of(status, 0, {}), 'PX', keep)
+  end
+end
+
+-- replay answers a second run from the record (record_of): the finishes'
+-- answers and the jobs the first run reserved, those still reserved under
+-- its reservations.
 local function replay(rec)
   local fields = {}
   for f in string.gmatch(rec, '[^\n]+') do
     fields[#fields + 1] = f
   end
-  local status, base = tonumber(fields[2]), tonumber(fields[3])
+  if finish_answers and fields[2] ~= '-' then
+    local i = 0
+    for a in string.gmatch(fields[2], '[^,]+') do
+      i = i + 1
+      finish_answers[i] = tonumber(a)
+    end
+  end
+  local status, base = tonumber(fields[3]), tonumber(fields[4])
   local out = {status, redis.call('LLEN', signals)}
-  for i = 4, #fields do
+  for i = 5, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
-    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 3 then
+    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 4 then
       out[#out + 1] = id
       out[#out + 1] = v
       out[#out + 1] = 0
@@ -117,6 +141,13 @@ local function replay(rec)
 end
 
 if redis.call('SISMEMBER', paused, topic) == 1 then
+  if finish_answers then
+    local rec = redis.call('GET', record)
+    if ours(rec) then
+      return answer(replay(rec))
+    end
+    remember(RESERVE_PAUSED)
+  end
   if held > 0 then
     signal_list(signals, held)
   end
@@ -253,6 +284,7 @@ if #found == 0 then
   if ours(rec) then
     return answer(replay(rec))
   end
+  remember(status)
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
     trimmed(taken, beyond, 0)
@@ -266,8 +298,7 @@ if #found == 0 then
 end
 
 local reservation = redis.call('INCRBY', reservations, #found) - #found
-local rec = name .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
-local before = redis.call('SET', record, rec, 'PX', keep, 'GET')
+local before = redis.call('SET', record, record_of(status, reservation, found), 'PX', keep, 'GET')
 if ours(before) then
   -- This call ran before: its record goes back, and the reservations
   -- just taken go unused.
