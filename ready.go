@@ -229,7 +229,10 @@ func withSignal(looks []look, u wakeUp, want int) []look {
 // TTR, or it is delivered again. Pop returns ErrNoJob when no job became
 // ready in time, ctx.Err() when ctx ends, ErrClosed when the queue is
 // closed, and ErrInvalidTopic for a bad topic. It is safe for concurrent
-// use.
+// use. A reserve call that carries other callers' requests (concurrent
+// pops, or Consume's finishes) is not cut off when ctx ends: a Pop whose
+// ctx ends while such a call is on its way returns the job that call
+// reserved for it, if it reserved one.
 func (q *DelayQueue) Pop(ctx context.Context, topic string, timeout time.Duration) (*Job, error) {
 	sent := time.Now()
 	jobs, err := q.pop(ctx, topic, 1, timeout)
