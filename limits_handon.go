@@ -96,7 +96,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		}
 	}
 	for i, l := range lists {
-		status, ferr := reserveFinishes(ress[i].cmd, len(l.Reqs))
+		status, ferr := reserveFinishes(ress[i])
 		jobs, st, left, rerr := q.reserved(ctx, l.Key.b, l.Key.topic, ress[i])
 		if rerr == nil {
 			w.settle(l.Key.topic, l.Key.b, left, st)

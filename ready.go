@@ -96,7 +96,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	q.resendUnanswered(ctx, calls, resendWindow)
 	q.answered(calls)
 	for i, g := range groups {
-		finished, err := reserveFinishes(calls[i].cmd, len(rides[i]))
+		finished, err := reserveFinishes(calls[i])
 		for j, r := range rides[i] {
 			if r.Err = err; err == nil {
 				r.In.status = finished[j]
@@ -138,13 +138,14 @@ func finishCalls(reqs []*batch.Request[*finishCall]) []any {
 	return args
 }
 
-// reserveFinishes reads the answers of the n finishes a reserve call made
+// reserveFinishes reads the answers of the finishes reserve call c made
 // (reserveCall), which end its reply.
-func reserveFinishes(cmd *redis.Cmd, n int) ([]int64, error) {
+func reserveFinishes(c *scriptCall) ([]int64, error) {
+	n := c.finishes
 	if n == 0 {
 		return nil, nil
 	}
-	res, err := cmd.Slice()
+	res, err := c.cmd.Slice()
 	if err != nil {
 		return nil, err
 	}

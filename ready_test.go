@@ -292,10 +292,10 @@ func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 		require.NoError(t, err)
 		// run sends c twice, as a call whose reply was lost, and returns
 		// each run's finish answers and jobs.
-		run := func(c *scriptCall, finishes int) (answers [2][]int64, jobs [2][]*Job) {
+		run := func(c *scriptCall) (answers [2][]int64, jobs [2][]*Job) {
 			for i := range 2 {
 				q.sendCalls(ctx, []*scriptCall{c})
-				answers[i], err = reserveFinishes(c.cmd, finishes)
+				answers[i], err = reserveFinishes(c)
 				require.NoError(t, err)
 				jobs[i], _, _, err = q.reserved(ctx, 0, "t", c)
 				require.NoError(t, err)
@@ -303,7 +303,7 @@ func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 			q.answered([]*scriptCall{c})
 			return answers, jobs
 		}
-		answers, jobs := run(q.reserveCall(0, "t", 2, 0, true, []any{done.ID, done.reservation, kept.ID, kept.reservation + 1, "nope", ""}), 3)
+		answers, jobs := run(q.reserveCall(0, "t", 2, 0, true, []any{done.ID, done.reservation, kept.ID, kept.reservation + 1, "nope", ""}))
 		assert.Equal(t, []int64{finishDone, finishLost, finishNoJob}, answers[0])
 		assert.Equal(t, answers[0], answers[1], "the second run answers as the first")
 		require.Len(t, jobs[0], 1, "the one job left ready")
@@ -316,7 +316,7 @@ func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 		assert.Equal(t, Counts{Reserved: 2}, counts, "the finished job is counted off, once")
 
 		// Nothing left to reserve: the call's record keeps the answers.
-		answers, jobs = run(q.reserveCall(0, "t", 1, 0, true, []any{kept.ID, kept.reservation}), 1)
+		answers, jobs = run(q.reserveCall(0, "t", 1, 0, true, []any{kept.ID, kept.reservation}))
 		assert.Equal(t, [2][]int64{{finishDone}, {finishDone}}, answers)
 		assert.Empty(t, jobs[0])
 		assert.Empty(t, jobs[1])

@@ -98,12 +98,7 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*f
 		func(*finishCall) int { return 1 }, maxPipelinedCalls)
 	calls := make([]*scriptCall, len(groups))
 	for i, g := range groups {
-		bk := q.keys.bucket(g.Key)
-		args := make([]any, 0, 2*len(g.Reqs))
-		for _, r := range g.Reqs {
-			args = append(args, r.In.id, r.In.reservation)
-		}
-		calls[i] = &scriptCall{script: scriptFinish, keys: bk.finishKeys(), args: args}
+		calls[i] = &scriptCall{script: scriptFinish, keys: q.keys.bucket(g.Key).finishKeys(), args: finishCalls(g.Reqs)}
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {

@@ -55,13 +55,21 @@ func queued[T any](t *testing.T, c *Lane[T], n int) {
 	require.Eventually(t, func() bool { return c.Queued() == n }, 10*time.Second, time.Millisecond)
 }
 
-func TestLaneSendsQueuedCallsAsOneBatch(t *testing.T) {
+// heldLane makes a lane of up to 100 requests, one batch in flight, and
+// sends a first request (0) that the gate holds in flight; errs takes
+// every caller's outcome, up to n.
+func heldLane(n int) (*gate, *Lane[int], chan error) {
 	g := newGate()
 	c := NewLane(100, 1, g.flush)
-	ctx := context.Background()
-	errs := make(chan error, 6)
-	go func() { errs <- c.Do(ctx, 0) }()
+	errs := make(chan error, n)
+	go func() { errs <- c.Do(context.Background(), 0) }()
 	<-g.held
+	return g, c, errs
+}
+
+func TestLaneSendsQueuedCallsAsOneBatch(t *testing.T) {
+	g, c, errs := heldLane(6)
+	ctx := context.Background()
 	for _, in := range []int{1, 2, -3, 4, 5} {
 		go func() { errs <- c.Do(ctx, in) }()
 	}
@@ -166,12 +174,8 @@ func TestLaneHoldsRequestsInNoHurryForCompany(t *testing.T) {
 // taker sets their outcomes, and the lane never sends them. The others,
 // and requests in a hurry, stay queued for the lane's next batch.
 func TestLaneHandsQueuedRequestsToATaker(t *testing.T) {
-	g := newGate()
-	c := NewLane(100, 1, g.flush)
+	g, c, errs := heldLane(6)
 	ctx := context.Background()
-	errs := make(chan error, 6)
-	go func() { errs <- c.Do(ctx, 0) }()
-	<-g.held
 	for in := 1; in <= 4; in++ {
 		go func() { errs <- c.DoWithin(ctx, in, time.Hour, 0) }()
 	}
@@ -241,12 +245,8 @@ func TestLaneSendsRequestsInNoHurryOnceEnoughCame(t *testing.T) {
 // Requests in no hurry queued behind a batch in flight, none of them due,
 // wait when it returns, rather than go at once in a batch of their own.
 func TestLaneHoldsRequestsInNoHurryQueuedBehindABatch(t *testing.T) {
-	g := newGate()
-	c := NewLane(100, 1, g.flush)
+	g, c, errs := heldLane(2)
 	ctx := context.Background()
-	errs := make(chan error, 2)
-	go func() { errs <- c.Do(ctx, 0) }()
-	<-g.held
 	go func() { errs <- c.DoWithin(ctx, 1, time.Hour, 0) }()
 	queued(t, c, 1)
 	close(g.release)
