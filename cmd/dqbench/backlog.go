@@ -129,6 +129,13 @@ func (b *bench) logEveryCommand(ctx context.Context, calls int) (restore func(),
 	return restore, nil
 }
 
+// isScriptCall reports whether a command runs a script: by SHA or code
+// (EVAL, EVALSHA), or as a function (FCALL).
+func isScriptCall(command string) bool {
+	c := strings.ToLower(command)
+	return strings.HasPrefix(c, "eval") || strings.HasPrefix(c, "fcall")
+}
+
 // scriptTimes returns the time of every script call in the nodes' SLOWLOGs.
 func (b *bench) scriptTimes(ctx context.Context) ([]time.Duration, error) {
 	var times []time.Duration
@@ -138,7 +145,7 @@ func (b *bench) scriptTimes(ctx context.Context) ([]time.Duration, error) {
 			return nil, fmt.Errorf("slowlog get: %w", err)
 		}
 		for _, e := range entries {
-			if len(e.Args) > 0 && strings.HasPrefix(strings.ToLower(e.Args[0]), "eval") {
+			if len(e.Args) > 0 && isScriptCall(e.Args[0]) {
 				times = append(times, e.Duration)
 			}
 		}

@@ -129,12 +129,14 @@ var throughputFigs = []figureDef{
 	{name: "commands sent per job"},
 	{name: "commands run per job, incl. inside scripts"},
 	{name: "Redis CPU per job", unit: "µs"},
+	{name: "Redis time in scripts per job", unit: "µs"},
 	{name: "reserve calls that found no job", unit: "%", dqOnly: true},
 	{name: "reserve calls per job", dqOnly: true},
 }
 
 // throughput is the jobs per second from the start of pushing to end, and
-// the commands and the Redis CPU time per job, and the reserve calls.
+// the commands, the Redis CPU time and the time in scripts per job, and
+// the reserve calls.
 func (o *outcome) throughput(end time.Time) []float64 {
 	took := end.Sub(time.UnixMicro(o.push.PushStart))
 	n := float64(o.jobs)
@@ -149,7 +151,7 @@ func (o *outcome) throughput(end time.Time) []float64 {
 		}
 		perJob = float64(all) / n
 	}
-	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6, empty, perJob}
+	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6, float64(o.calls.scripts) / n, empty, perJob}
 }
 
 func latenessFigures(o *outcome) ([]float64, error) {

@@ -83,6 +83,12 @@ func TestCommandCountsOfTheBaseline(t *testing.T) {
 	assert.Equal(t, commandCount{sent: 1, run: 13}, parseCommandStats(info, scriptCommands))
 }
 
+func TestScriptTimeCountsScriptsBySHAAndAsFunctions(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_evalsha:calls=1,usec=40,usec_per_call=40.00\r\n" +
+		"cmdstat_fcall:calls=2,usec=70,usec_per_call=35.00\r\ncmdstat_zadd:calls=9,usec=9\r\n"
+	assert.Equal(t, int64(110), scriptStatUsec(info))
+}
+
 func TestChooseScenarios(t *testing.T) {
 	in, layouts, err := chooseScenarios("")
 	require.NoError(t, err)

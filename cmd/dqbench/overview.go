@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -271,7 +270,7 @@ func pingFigures(under string, sorted []time.Duration) figures {
 
 // redisUse is how much Redis has worked since it started, on every master,
 // in seconds: CPU (INFO cpu, user and system) and time in scripts (INFO
-// commandstats, EVALSHA).
+// commandstats, EVALSHA and FCALL).
 type redisUse struct{ cpu, scripts float64 }
 
 func (b *bench) redisTime(ctx context.Context) (redisUse, error) {
@@ -286,13 +285,7 @@ func (b *bench) redisTime(ctx context.Context) (redisUse, error) {
 			secs, _ := strconv.ParseFloat(v, 64)
 			u.cpu += secs
 		}
-		stats, _ := infoField(info, "cmdstat_evalsha")
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				usec, _ := strconv.ParseInt(v, 10, 64)
-				u.scripts += float64(usec) / 1e6
-			}
-		}
+		u.scripts += float64(scriptStatUsec(info)) / 1e6
 	}
 	return u, nil
 }

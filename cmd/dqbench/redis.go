@@ -35,14 +35,16 @@ var minScriptCommands = map[string]bool{
 
 // commandCount splits INFO commandstats into the commands clients sent and
 // all commands run, those inside scripts included; cpu is the CPU time
-// Redis used (INFO cpu, user and system), in seconds.
+// Redis used (INFO cpu, user and system), in seconds, and scripts the
+// time it spent in scripts (scriptStatUsec), in microseconds.
 type commandCount struct {
 	sent, run int64
 	cpu       float64
+	scripts   int64
 }
 
 func (c commandCount) sub(d commandCount) commandCount {
-	return commandCount{c.sent - d.sent, c.run - d.run, c.cpu - d.cpu}
+	return commandCount{c.sent - d.sent, c.run - d.run, c.cpu - d.cpu, c.scripts - d.scripts}
 }
 
 func (c commandCount) perJob(n int) figures {
@@ -77,6 +79,7 @@ func (b *bench) countCommands(ctx context.Context, inScripts map[string]bool) (c
 			return commandCount{}, fmt.Errorf("info commandstats: %w", err)
 		}
 		n = n.add(parseCommandStats(info, inScripts))
+		n.scripts += scriptStatUsec(info)
 		for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
 			v, _ := infoField(info, field)
 			secs, _ := strconv.ParseFloat(v, 64)
@@ -87,7 +90,7 @@ func (b *bench) countCommands(ctx context.Context, inScripts map[string]bool) (c
 }
 
 func (c commandCount) add(d commandCount) commandCount {
-	return commandCount{c.sent + d.sent, c.run + d.run, c.cpu + d.cpu}
+	return commandCount{c.sent + d.sent, c.run + d.run, c.cpu + d.cpu, c.scripts + d.scripts}
 }
 
 func parseCommandStats(info string, inScripts map[string]bool) commandCount {
@@ -190,7 +193,8 @@ func startCluster() ([]string, func(), error) {
 	return c.Addrs(), func() { c.Stop(); _ = os.RemoveAll(dir) }, nil
 }
 
-// scriptUsec adds up the microseconds Redis spent in EVALSHA on every master.
+// scriptUsec adds up the microseconds Redis spent in scripts on every
+// master (scriptStatUsec).
 func (b *bench) scriptUsec(ctx context.Context) (int64, error) {
 	var total int64
 	for _, node := range b.nodes {
@@ -198,19 +202,23 @@ func (b *bench) scriptUsec(ctx context.Context) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("info commandstats: %w", err)
 		}
-		stats, ok := infoField(info, "cmdstat_evalsha")
-		if !ok {
-			continue
-		}
+		total += scriptStatUsec(info)
+	}
+	return total, nil
+}
+
+// scriptStatUsec reads from INFO commandstats the microseconds spent in
+// scripts, those run by SHA (EVALSHA) and as functions (FCALL).
+func scriptStatUsec(info string) int64 {
+	var total int64
+	for _, name := range []string{"cmdstat_evalsha", "cmdstat_fcall"} {
+		stats, _ := infoField(info, name)
 		for _, kv := range strings.Split(stats, ",") {
 			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("info commandstats: %w", err)
-				}
+				n, _ := strconv.ParseInt(v, 10, 64)
 				total += n
 			}
 		}
 	}
-	return total, nil
+	return total
 }
