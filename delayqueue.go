@@ -18,7 +18,7 @@ import (
 // many processes may open the same queue on the same Redis.
 type DelayQueue struct {
 	client   redis.UniversalClient
-	plain    bool   // the server cannot read a script's flags line (scripts.go)
+	plain    bool   // the server cannot read a script's flags line (lua.go)
 	ident    string // the queue's identity in Redis, which the jobs it pops carry
 	instance int64  // this instance's number (ids.go)
 	opts     options
@@ -50,6 +50,10 @@ type DelayQueue struct {
 	// How long Consume holds a finish, and a pop, for company
 	// (settleWithin, gatherWithin; longer in tests).
 	settleWithin, gatherWithin time.Duration
+
+	// functions: the scripts run as functions (functions.go), until the
+	// server refuses them.
+	functions atomic.Bool
 
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
@@ -130,6 +134,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
+	q.functions.Store(!q.plain) // miniredis has no functions either
 	if o.noInstance && rec.buckets == 0 {
 		return nil, fmt.Errorf("%w: no queue %q on this Redis", ErrNotFound, o.name)
 	}
@@ -183,10 +188,10 @@ type queueRecord struct {
 func (q *DelayQueue) initQueue(ctx context.Context, name, mode string, buckets int, asStored bool, ident string, instance int64) (queueRecord, error) {
 	keys := []string{metaKey(name)}
 	args := []any{buckets, queueFormat, asStored, mode, ident, instance}
-	reply, err := scriptInit.on(q.plain).Run(ctx, q.client, keys, args...).Slice()
+	reply, err := q.runScript(ctx, scriptInit, keys, args...).Slice()
 	if isCompileError(err) && !q.plain {
 		q.plain = true
-		reply, err = scriptInit.on(q.plain).Run(ctx, q.client, keys, args...).Slice()
+		reply, err = q.runScript(ctx, scriptInit, keys, args...).Slice()
 	}
 	if err != nil {
 		return queueRecord{}, redisError(err)

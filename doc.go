@@ -157,8 +157,10 @@
 //     push, and may set a job's Headers; consume middleware wraps every
 //     Consume handler.
 //   - lua.go loads scripts/*.lua, each with the scripts/lib/*.lua files
-//     its include lines name; replies.go names the codes they answer
-//     with; scripts.go sends their calls.
+//     its include lines name; functions.go makes each a Redis function
+//     and runs it, or by SHA where the server has no functions;
+//     replies.go names the codes they answer with; scripts.go sends their
+//     calls.
 //   - keys.go (every key name, and the bucket of an ID), options.go and
 //     errors.go serve all the above.
 package delayqueue

@@ -249,7 +249,7 @@ func TestFaultHugeBacklogDrainsInShortScriptCalls(t *testing.T) {
 	require.NoError(t, err)
 	var times []time.Duration
 	for _, e := range slow {
-		if len(e.Args) > 0 && strings.HasPrefix(strings.ToLower(e.Args[0]), "eval") {
+		if len(e.Args) > 0 && (strings.HasPrefix(strings.ToLower(e.Args[0]), "eval") || strings.ToLower(e.Args[0]) == "fcall") {
 			times = append(times, e.Duration) // not SLOWLOG RESET and the like
 		}
 	}

@@ -2,6 +2,8 @@ package delayqueue
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -229,4 +231,61 @@ func pushWithResult(ctx context.Context, q *DelayQueue, job *Job) (PushResult, e
 		return PushResult{}, err
 	}
 	return res[0], nil
+}
+
+// runsScript reports whether cmd runs script s: by SHA or by its code, in
+// either form, or as a function.
+func runsScript(cmd redis.Cmder, s *luaScript) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	name := args[1]
+	if code, ok := name.(string); ok && args[0] == "eval" {
+		sum := sha1.Sum([]byte(code))
+		name = hex.EncodeToString(sum[:])
+	}
+	return name == s.flagged.Hash() || name == s.plain.Hash() || name == s.fn
+}
+
+// scriptCalls is how many script calls commandstats counts (commandCalls):
+// by SHA and as functions.
+func scriptCalls(calls map[string]int64) int64 {
+	return calls["evalsha"] + calls["fcall"]
+}
+
+// loadedScript loads script s on q's server, in the form q runs it, and
+// returns what names it in q's calls: its function's name, or its SHA.
+func loadedScript(t *testing.T, q *DelayQueue, s *luaScript) string {
+	t.Helper()
+	ctx := context.Background()
+	if q.functions.Load() {
+		require.NoError(t, q.loadFunction(ctx, s))
+		return s.fn
+	}
+	require.NoError(t, s.on(q.plain).Load(ctx, q.client).Err())
+	return s.on(q.plain).Hash()
+}
+
+// forgetScripts has the server, or every master, forget the scripts and
+// the functions it was sent, as a restart without persistence does.
+func forgetScripts(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	forget := func(ctx context.Context, c *redis.Client) error {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			return err
+		}
+		if err := c.FunctionFlush(ctx).Err(); err != nil && !functionsRefused(err) {
+			return err // miniredis has no functions
+		}
+		return nil
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		require.NoError(t, cc.ForEachMaster(ctx, forget))
+		return
+	}
+	client, ok := c.(*redis.Client)
+	require.True(t, ok, "a client of type %T", c)
+	require.NoError(t, forget(ctx, client))
 }

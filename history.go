@@ -213,7 +213,7 @@ func (q *DelayQueue) sampleHistory(ctx context.Context) (time.Duration, error) {
 	for topic, c := range taken {
 		args = append(args, topic, c.finished, c.died, c.reservations, c.late, c.latest)
 	}
-	reply, err := scriptHistory.on(q.plain).Run(ctx, q.client, []string{hk.tallies, hk.latest}, args...).Slice()
+	reply, err := q.runScript(ctx, scriptHistory, []string{hk.tallies, hk.latest}, args...).Slice()
 	if err != nil {
 		q.tally.restore(taken)
 		q.noteError(ctx, err)
@@ -335,7 +335,7 @@ func (q *DelayQueue) writeSample(ctx context.Context, now, span int64, flat []an
 		keys = append(keys, hk.series(topic))
 		args = append(args, stamp(*per[topic]))
 	}
-	if err := scriptHistory.on(q.plain).Run(ctx, q.client, keys, args...).Err(); err != nil {
+	if err := q.runScript(ctx, scriptHistory, keys, args...).Err(); err != nil {
 		q.noteError(ctx, err)
 		return fmt.Errorf("delayqueue: write the history: %w", redisError(err))
 	}

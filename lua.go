@@ -40,14 +40,19 @@ var (
 	scriptHistory    = loadScript("history.lua")
 )
 
-// A luaScript is one script file in the two forms a server may need. A
-// file opens with a flags line ("#!lua flags=allow-oom", say), which Redis
-// 7 and Valkey read: a script that may grow memory is refused before it
-// writes when Redis is at maxmemory, one that consumes (and so frees
-// memory) runs (allow-oom), and one that only reads runs too (no-writes).
-// miniredis cannot parse that line: it gets the plain form.
+// A luaScript is one script file in the forms a server may need. A file
+// opens with a flags line ("#!lua flags=allow-oom", say), which Redis 7 and
+// Valkey read: a script that may grow memory is refused before it writes
+// when Redis is at maxmemory, one that consumes (and so frees memory) runs
+// (allow-oom), and one that only reads runs too (no-writes). Those servers
+// run it as a function (functions.go), or by SHA with its flags line
+// (flagged) where they refuse functions. miniredis cannot parse that line:
+// it gets the plain form.
 type luaScript struct {
 	flagged, plain *redis.Script
+	// fn names the script's function, and lib is the library that
+	// defines it (functionOf).
+	fn, lib string
 }
 
 // on returns the form a server takes.
@@ -61,11 +66,13 @@ func (s *luaScript) on(plain bool) *redis.Script {
 // loadScript makes the script of a file under scripts/. Its files are
 // embedded: a file that is missing, or whose includes are, panics at init.
 func loadScript(name string) *luaScript {
-	flags, code, err := assembleScript(scriptFiles, name)
+	flags, libs, body, err := assembleParts(scriptFiles, name)
 	if err != nil {
 		panic(err)
 	}
-	return &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code)}
+	code := joinCode(libs, body)
+	fn, lib := functionOf(flags, libs, body)
+	return &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code), fn: fn, lib: lib}
 }
 
 // isCompileError reports whether err is a server's refusal to compile a
@@ -83,16 +90,31 @@ const includeLine = "--#include "
 // and its code: the library files it includes, and theirs, each once and
 // after those it includes, then the script's own lines.
 func assembleScript(files fs.FS, name string) (flags, code string, err error) {
+	flags, libs, body, err := assembleParts(files, name)
+	return flags, joinCode(libs, body), err
+}
+
+// joinCode returns a script's code from its library files and its own lines.
+func joinCode(libs, body string) string {
+	if libs == "" {
+		return body
+	}
+	return libs + "\n" + body
+}
+
+// assembleParts is assembleScript, with the code in two parts: the library
+// files, and the script's own lines.
+func assembleParts(files fs.FS, name string) (flags, libs, body string, err error) {
 	src, err := fs.ReadFile(files, "scripts/"+name)
 	if err != nil {
-		return "", "", fmt.Errorf("delayqueue: %w", err)
+		return "", "", "", fmt.Errorf("delayqueue: %w", err)
 	}
 	flags, body, ok := strings.Cut(string(src), "\n")
 	if !strings.HasPrefix(flags, "#!lua") || !ok {
-		return "", "", fmt.Errorf("delayqueue: scripts/%s does not open with a #!lua line", name)
+		return "", "", "", fmt.Errorf("delayqueue: scripts/%s does not open with a #!lua line", name)
 	}
-	code, err = withIncludes(files, name, body)
-	return flags, code, err
+	libs, body, err = includedLibs(files, name, body)
+	return flags, libs, body, err
 }
 
 // withIncludes returns src, the code of file name, after the library
@@ -101,6 +123,13 @@ func assembleScript(files fs.FS, name string) (flags, code string, err error) {
 // every call what it carries, and is sent with it). A library that is
 // missing, or that includes itself through others, is an error.
 func withIncludes(files fs.FS, name, src string) (string, error) {
+	libs, body, err := includedLibs(files, name, src)
+	return joinCode(libs, body), err
+}
+
+// includedLibs is withIncludes, with the code in two parts: the library
+// files, and the rest of src.
+func includedLibs(files fs.FS, name, src string) (libs, body string, err error) {
 	const (
 		visiting = 1
 		done     = 2
@@ -130,13 +159,13 @@ func withIncludes(files fs.FS, name, src string) (string, error) {
 		parts = append(parts, withoutComments(code))
 		return nil
 	}
-	libs, body := cutIncludes(src)
-	for _, l := range libs {
+	names, body := cutIncludes(src)
+	for _, l := range names {
 		if err := visit(name, l); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
-	return strings.Join(append(parts, body), "\n"), nil
+	return strings.Join(parts, "\n"), body, nil
 }
 
 // withoutComments returns Lua code without its blank lines and the lines

@@ -105,7 +105,7 @@ func TestPushManyLoadsItsScriptAfterAFlush(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(4))
-		require.NoError(t, be.client.ScriptFlush(ctx).Err()) // as after a restart
+		forgetScripts(t, be.client) // as after a restart
 		jobs := make([]*Job, 50)
 		for i := range jobs {
 			jobs[i] = &Job{Topic: "t"}

@@ -68,18 +68,24 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 	}
 	if len(calls) == 1 {
 		c := calls[0]
-		c.cmd = c.script.on(q.plain).Run(ctx, q.client, c.keys, c.args...)
+		c.cmd = q.runScript(ctx, c.script, c.keys, c.args...)
 	} else {
 		pipe := q.client.Pipeline()
+		functions := q.functions.Load()
 		for _, c := range calls {
-			c.cmd = c.script.on(q.plain).EvalSha(ctx, pipe, c.keys, c.args...)
+			if functions {
+				c.cmd = pipe.FCall(ctx, c.script.fn, c.keys, c.args...)
+			} else {
+				c.cmd = c.script.on(q.plain).EvalSha(ctx, pipe, c.keys, c.args...)
+			}
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
 		for _, c := range calls {
-			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-				// Not run: the server has not seen the script yet (or
-				// restarted). Run loads it.
-				c.cmd = c.script.on(q.plain).Run(ctx, q.client, c.keys, c.args...)
+			if notRun(c.cmd.Err()) {
+				// The server has not seen the script or its function yet
+				// (or restarted), or refuses functions: runScript loads
+				// it, or runs it by SHA.
+				c.cmd = q.runScript(ctx, c.script, c.keys, c.args...)
 			}
 		}
 	}

@@ -38,9 +38,11 @@ func TestConsumeRunsAJobLongerThanThreeTTRsOnce(t *testing.T) {
 	})
 }
 
-// scriptCounter counts a client's calls of one script, pipelined or not.
+// scriptCounter counts a client's calls of one script, pipelined or not,
+// that ran: not those that found the server without the script or its
+// function, and were sent again.
 type scriptCounter struct {
-	script *luaScript // counted in either of its forms
+	script *luaScript // counted in any of its forms
 	n      atomic.Int64
 }
 
@@ -48,22 +50,26 @@ func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return ne
 
 func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.count(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		s.count(cmd, err)
+		return err
 	}
 }
 
 func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
 		for _, cmd := range cmds {
-			s.count(cmd)
+			s.count(cmd, cmd.Err())
 		}
-		return next(ctx, cmds)
+		return err
 	}
 }
 
-func (s *scriptCounter) count(cmd redis.Cmder) {
-	if args := cmd.Args(); len(args) > 1 && (args[1] == s.script.flagged.Hash() || args[1] == s.script.plain.Hash()) {
+// count counts cmd, which ended in err (a hook sees a call's error before
+// go-redis sets it on the call).
+func (s *scriptCounter) count(cmd redis.Cmder, err error) {
+	if runsScript(cmd, s.script) && !notRun(err) {
 		s.n.Add(1)
 	}
 }

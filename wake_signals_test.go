@@ -99,8 +99,7 @@ func (r *reserveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 
 // isReserveCall reports whether cmd runs reserve.lua.
 func isReserveCall(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	return len(args) >= 2 && (args[1] == scriptReserve.flagged.Hash() || args[1] == scriptReserve.plain.Hash())
+	return runsScript(cmd, scriptReserve)
 }
 
 func (r *reserveCounter) count(cmd redis.Cmder) {

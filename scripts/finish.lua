@@ -9,4 +9,4 @@
 -- A consumer whose reservation ran out can never bring a job back: the job
 -- is deleted or left as it is.
 
-return finish_jobs(KEYS[1], KEYS[2], KEYS[3], KEYS[4], 1, #ARGV)
+return finish_jobs(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV, 1, #ARGV)

@@ -60,7 +60,7 @@ local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local held = tonumber(ARGV[7])
 local name = ARGV[9]
 local finishes = tonumber(ARGV[10])
-local finish_answers = finishes > 0 and finish_jobs(pool, bucket, KEYS[9], KEYS[6], 11, 10 + 2 * finishes)
+local finish_answers = finishes > 0 and finish_jobs(pool, bucket, KEYS[9], KEYS[6], ARGV, 11, 10 + 2 * finishes)
 
 -- answer is the reply out, followed by the finishes' answers.
 local function answer(out)

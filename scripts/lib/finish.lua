@@ -8,16 +8,16 @@ local FINISH_NO_JOB = 0
 local FINISH_NOT_RESERVED = -1
 local FINISH_LOST = -2
 
--- finish_jobs finishes the jobs given as pairs in ARGV[from..to]: a job
--- ID, and the reservation the caller holds or "" for any reservation. It
--- returns one answer per job: 1 finished, 0 no such job, -1 the job is
--- not reserved, -2 the caller's reservation is gone (the job is not
--- reserved under it). Running it twice finishes once; the second run finds
+-- finish_jobs finishes the jobs given as pairs in args[from..to] (the
+-- script's ARGV): a job ID, and the reservation the caller holds or "" for
+-- any reservation. It returns one answer per job: 1 finished, 0 no such
+-- job, -1 the job is not reserved, -2 the caller's reservation is gone (the
+-- job is not reserved under it). Running it twice finishes once; the second run finds
 -- no job. An ID given twice is finished by the first of its entries.
-local function finish_jobs(pool, bucket, dedup, counts, from, to)
+local function finish_jobs(pool, bucket, dedup, counts, args, from, to)
   local ids = {}
   for i = from, to, 2 do
-    ids[#ids + 1] = ARGV[i]
+    ids[#ids + 1] = args[i]
   end
   if #ids == 0 then
     return {}
@@ -25,7 +25,7 @@ local function finish_jobs(pool, bucket, dedup, counts, from, to)
   local vs = redis.call('HMGET', pool, unpack(ids))
   local out, done, finished = {}, {}, {}
   for i, id in ipairs(ids) do
-    local reservation, v = ARGV[from + 2 * i - 1], vs[i]
+    local reservation, v = args[from + 2 * i - 1], vs[i]
     if not v or done[id] then
       out[i] = FINISH_NO_JOB
     else

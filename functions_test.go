@@ -1,0 +1,148 @@
+package delayqueue
+
+import (
+	"context"
+	"io/fs"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/dqueue/delayqueue/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// roundTrip pushes a job due now, pops it and finishes it.
+func roundTrip(t *testing.T, q *DelayQueue, topic string) {
+	t.Helper()
+	ctx := context.Background()
+	id := pushed(t, q, &Job{Topic: topic})
+	job, err := q.Pop(ctx, topic, 0)
+	require.NoError(t, err)
+	assert.Equal(t, id, job.ID)
+	require.NoError(t, q.Finish(ctx, job.ID))
+}
+
+// libraries returns the names of the queue's function libraries a server
+// holds.
+func libraries(t *testing.T, c redis.Cmdable) []string {
+	t.Helper()
+	libs, err := c.FunctionList(context.Background(), redis.FunctionListQuery{LibraryNamePattern: functionPrefix + "*"}).Result()
+	require.NoError(t, err)
+	var names []string
+	for _, l := range libs {
+		names = append(names, l.Name)
+	}
+	return names
+}
+
+// Every script file is a library that Redis loads: a helper too many for
+// a function's upvalues, or a global the library reaches as it loads,
+// would fail here rather than on the first call of a rarely run script.
+func TestEveryScriptLoadsAsAFunction(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Start(t).Client(t)
+	q := newQueue(t, c)
+	require.True(t, q.functions.Load())
+	files, err := fs.Glob(scriptFiles, "scripts/*.lua")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		s := loadScript(path.Base(f))
+		require.NoError(t, q.loadFunction(ctx, s), f)
+		assert.Contains(t, libraries(t, c), s.fn, f)
+	}
+	require.NoError(t, q.loadFunction(ctx, scriptReserve), "loading a library the server holds is no error")
+}
+
+// On Redis 7 the scripts run as functions: FCALL, not EVALSHA, once the
+// queue is open.
+func TestScriptsRunAsFunctionsOnRedis7(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	q := newQueue(t, c, WithBuckets(1))
+	before := commandCalls(t, c)
+	roundTrip(t, q, "t")
+	after := commandCalls(t, c)
+	assert.Zero(t, after["evalsha"]-before["evalsha"], "no script runs by SHA")
+	assert.GreaterOrEqual(t, after["fcall"]-before["fcall"], int64(3), "push, reserve and finish run as functions")
+	assert.Subset(t, libraries(t, c), []string{scriptPush.fn, scriptReserve.fn, scriptFinish.fn})
+}
+
+// A server that lost the functions (FUNCTION FLUSH, or a restart without
+// persistence) is sent each library again by the first call that misses it.
+func TestAServerThatLostTheFunctionsIsSentThemAgain(t *testing.T) {
+	ctx := context.Background()
+	t.Run("redis", func(t *testing.T) {
+		c := redistest.Start(t).Client(t)
+		q := newQueue(t, c, WithBuckets(1))
+		roundTrip(t, q, "t")
+		require.NoError(t, c.FunctionFlush(ctx).Err())
+		require.Empty(t, libraries(t, c))
+		roundTrip(t, q, "t")
+		assert.Subset(t, libraries(t, c), []string{scriptPush.fn, scriptReserve.fn, scriptFinish.fn})
+		assert.True(t, q.functions.Load(), "still run as functions")
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3, 0)
+		cc := redistest.ClusterClient(t, cl)
+		q := newQueue(t, cc)
+		for i := 0; i < 8; i++ { // generated IDs fill the buckets in turn
+			roundTrip(t, q, "t")
+		}
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FunctionFlush(ctx).Err()
+		}))
+		ids := pushN(t, q, 64, func(int) *Job { return &Job{Topic: "t"} })
+		for range ids {
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			require.NoError(t, q.Finish(ctx, job.ID))
+		}
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			assert.Contains(t, libraries(t, m), scriptPush.fn, "every master has it again")
+			return nil
+		}))
+	})
+}
+
+// A server that refuses functions to the queue's user (an ACL without
+// FCALL and FUNCTION) runs the scripts by SHA, as Redis 6 and miniredis do.
+func TestAServerThatRefusesFunctionsRunsTheScriptsBySHA(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "nofn", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function").Err())
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "nofn", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	q := newQueue(t, c, WithBuckets(1))
+	roundTrip(t, q, "t")
+	assert.False(t, q.functions.Load(), "refused once, not asked again")
+	before := commandCalls(t, admin)
+	roundTrip(t, q, "t")
+	after := commandCalls(t, admin)
+	assert.Zero(t, after["fcall"]-before["fcall"])
+	assert.GreaterOrEqual(t, after["evalsha"]-before["evalsha"], int64(3))
+	assert.Empty(t, libraries(t, admin))
+}
+
+// A server at maxmemory refuses to load a library: a call that frees
+// memory and whose library the server lacks runs by SHA instead, so a full
+// Redis that lost its functions still drains.
+func TestAFullServerWithoutTheFunctionsStillDrains(t *testing.T) {
+	ctx := context.Background()
+	c := startFull(t)
+	q := newQueue(t, c, WithBuckets(1))
+	ids := fillRedis(t, q, "t", 0)
+	require.NotEmpty(t, ids)
+	require.NoError(t, c.FunctionFlush(ctx).Err())
+	err := c.FunctionLoad(ctx, scriptReserve.lib).Err()
+	require.Error(t, err)
+	require.True(t, strings.HasPrefix(err.Error(), "OOM"), "Redis is full: %v", err)
+	for range 50 {
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Finish(ctx, job.ID))
+	}
+	assert.True(t, q.functions.Load(), "a server that is full still runs functions once it has room")
+}
