@@ -69,6 +69,9 @@ func (q *DelayQueue) runScript(ctx context.Context, s *luaScript, keys []string,
 				if cmd = q.client.FCall(ctx, s.fn, keys, args...); !functionMissing(cmd.Err()) {
 					return cmd
 				}
+				// Loaded, yet missed where the call goes: a client
+				// whose servers the queue cannot reach one by one.
+				q.functions.Store(false)
 			}
 		case functionsRefused(err):
 			q.functions.Store(false)
@@ -79,9 +82,9 @@ func (q *DelayQueue) runScript(ctx context.Context, s *luaScript, keys []string,
 	return s.on(q.plain).Run(ctx, q.client, keys, args...)
 }
 
-// loadFunction loads the library of s on the server, or on every master of
-// a Cluster. A server that refuses functions has the queue run its scripts
-// by SHA from then on.
+// loadFunction loads the library of s on the server, on every master of a
+// Cluster, or on every shard of a Ring. A server that refuses functions has
+// the queue run its scripts by SHA from then on.
 func (q *DelayQueue) loadFunction(ctx context.Context, s *luaScript) error {
 	load := func(ctx context.Context, c redis.Cmdable) error {
 		if err := c.FunctionLoad(ctx, s.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
@@ -90,10 +93,14 @@ func (q *DelayQueue) loadFunction(ctx context.Context, s *luaScript) error {
 		return nil
 	}
 	var err error
-	if cc, ok := q.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
-	} else {
-		err = load(ctx, q.client)
+	each := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
+	switch c := q.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, each)
+	default:
+		err = load(ctx, c)
 	}
 	if functionsRefused(err) {
 		q.functions.Store(false)

@@ -146,3 +146,43 @@ func TestAFullServerWithoutTheFunctionsStillDrains(t *testing.T) {
 	}
 	assert.True(t, q.functions.Load(), "a server that is full still runs functions once it has room")
 }
+
+// loadElsewhere answers FUNCTION LOAD without sending it, as a client
+// whose load goes to another server than its calls would.
+type loadElsewhere struct{}
+
+func (loadElsewhere) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (loadElsewhere) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[0] == "function" && args[1] == "load" {
+			return nil
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (loadElsewhere) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A call whose function is still missing after the queue loaded it (its
+// client sent the load to another server) runs by SHA, and so do the
+// process's calls after it: no call pays for a load that never arrives
+// twice.
+func TestAFunctionStillMissingAfterItsLoadRunsBySHA(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	require.NoError(t, admin.FunctionFlush(ctx).Err())
+	c := s.Client(t)
+	c.AddHook(loadElsewhere{})
+	q := newQueue(t, c, WithBuckets(1))
+	roundTrip(t, q, "t")
+	assert.False(t, q.functions.Load())
+	before := commandCalls(t, admin)
+	roundTrip(t, q, "t")
+	after := commandCalls(t, admin)
+	assert.Zero(t, after["fcall"]-before["fcall"], "not tried again")
+	assert.Empty(t, libraries(t, admin))
+}

@@ -12,8 +12,9 @@ local FINISH_LOST = -2
 -- script's ARGV): a job ID, and the reservation the caller holds or "" for
 -- any reservation. It returns one answer per job: 1 finished, 0 no such
 -- job, -1 the job is not reserved, -2 the caller's reservation is gone (the
--- job is not reserved under it). Running it twice finishes once; the second run finds
--- no job. An ID given twice is finished by the first of its entries.
+-- job is not reserved under it). Running it twice finishes once; the
+-- second run finds no job. An ID given twice is finished by the first of
+-- its entries.
 local function finish_jobs(pool, bucket, dedup, counts, args, from, to)
   local ids = {}
   for i = from, to, 2 do
