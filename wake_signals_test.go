@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,9 +73,10 @@ func allBlockedFor(qs []*DelayQueue, topic string) func() bool {
 }
 
 // reserveCounter counts the reserve calls a client sends, those that found
-// no job and those that reserved one.
+// no job and those that reserved one, and the finishes they carried.
 type reserveCounter struct {
 	calls, empty, found atomic.Int64 // found: calls that reserved a job
+	rode                atomic.Int64 // finishes carried (reserve.lua's ARGV[10])
 }
 
 func (r *reserveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -111,6 +113,13 @@ func (r *reserveCounter) count(cmd redis.Cmder) {
 		return
 	}
 	r.calls.Add(1)
+	if args := c.Args(); len(args) > 2 {
+		if keys, err := strconv.Atoi(fmt.Sprint(args[2])); err == nil && len(args) > 3+keys+9 {
+			if f, err := strconv.Atoi(fmt.Sprint(args[3+keys+9])); err == nil {
+				r.rode.Add(int64(f))
+			}
+		}
+	}
 	if reply, _ := c.Val().([]any); len(reply) <= 2 {
 		r.empty.Add(1)
 	} else {
