@@ -51,9 +51,10 @@ type DelayQueue struct {
 	// (settleWithin, gatherWithin; longer in tests).
 	settleWithin, gatherWithin time.Duration
 
-	// functions: the scripts run as functions (functions.go), until the
-	// server refuses them.
-	functions atomic.Bool
+	// functions: the server runs functions (functions.go); functionsOff:
+	// until when (Unix ns) the scripts run by SHA all the same.
+	functions    atomic.Bool
+	functionsOff atomic.Int64
 
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: ends waiting Pops
@@ -134,7 +135,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
-	q.functions.Store(!q.plain) // miniredis has no functions either
+	q.probeFunctions(ctx)
 	if o.noInstance && rec.buckets == 0 {
 		return nil, fmt.Errorf("%w: no queue %q on this Redis", ErrNotFound, o.name)
 	}

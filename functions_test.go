@@ -2,6 +2,8 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"path"
 	"strings"
@@ -44,7 +46,7 @@ func TestEveryScriptLoadsAsAFunction(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Start(t).Client(t)
 	q := newQueue(t, c)
-	require.True(t, q.functions.Load())
+	require.True(t, q.usesFunctions())
 	files, err := fs.Glob(scriptFiles, "scripts/*.lua")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
@@ -52,8 +54,45 @@ func TestEveryScriptLoadsAsAFunction(t *testing.T) {
 		s := loadScript(path.Base(f))
 		require.NoError(t, q.loadFunction(ctx, s), f)
 		assert.Contains(t, libraries(t, c), s.fn, f)
+		// Its first call defines its helpers: a global they reach, or
+		// one missing, fails here. The call itself, without its keys
+		// and arguments, may fail in the script's own lines.
+		err := c.FCall(ctx, s.fn, nil).Err()
+		if err != nil {
+			assert.NotContains(t, err.Error(), "global variable", f)
+		}
 	}
 	require.NoError(t, q.loadFunction(ctx, scriptReserve), "loading a library the server holds is no error")
+}
+
+// The replies that say a call did not run, and may be sent again, are told
+// apart from a script's own errors: a script that ran part-way and failed
+// must not run a second time by SHA.
+func TestFunctionRepliesAreToldApart(t *testing.T) {
+	for _, c := range []struct {
+		reply            string
+		missing, refused bool
+	}{
+		{"ERR Function not found", true, false},
+		{"ERR unknown command 'fcall', with args beginning with: 'dq_x' '0' ", false, true},         // Redis 7 without functions: none
+		{"ERR unknown command `fcall`, with args beginning with: `dq_x`, `0`, ", false, true},       // Redis 6, miniredis
+		{"ERR unknown command 'function|load', with args beginning with: ", false, true},            // renamed away
+		{"NOPERM this user has no permissions to run the 'fcall' command", false, true},             // Redis 7.0
+		{"NOPERM User nofn has no permissions to run the 'function|load' command", false, true},     // Redis 7.2
+		{"ERR Unknown command called from script script: dq_x, on @user_function:3.", false, false}, // Valkey 8
+		{"ERR Unknown Redis command called from script script: dq_x", false, false},                 // Redis 7.0
+		{"ERR user_function:12: Script attempted to access nonexistent global variable 'x'", false, false},
+		{"NOPERM No permissions to access a key", false, false},
+		{"ERR The user executing the script can't run this command or subcommand", false, false},
+		{"OOM command not allowed when used memory > 'maxmemory'.", false, false},
+		{"BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.", false, false},
+	} {
+		err := fmt.Errorf("delayqueue: %w", replyError(c.reply))
+		assert.Equal(t, c.missing, functionMissing(err), c.reply)
+		assert.Equal(t, c.refused, functionsRefused(err), c.reply)
+		assert.Equal(t, c.missing || c.refused, notRun(err), c.reply)
+	}
+	assert.False(t, notRun(errors.New("i/o timeout")), "a call without a reply may have run")
 }
 
 // On Redis 7 the scripts run as functions: FCALL, not EVALSHA, once the
@@ -81,7 +120,7 @@ func TestAServerThatLostTheFunctionsIsSentThemAgain(t *testing.T) {
 		require.Empty(t, libraries(t, c))
 		roundTrip(t, q, "t")
 		assert.Subset(t, libraries(t, c), []string{scriptPush.fn, scriptReserve.fn, scriptFinish.fn})
-		assert.True(t, q.functions.Load(), "still run as functions")
+		assert.True(t, q.usesFunctions(), "still run as functions")
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, 3, 0)
@@ -103,6 +142,7 @@ func TestAServerThatLostTheFunctionsIsSentThemAgain(t *testing.T) {
 			assert.Contains(t, libraries(t, m), scriptPush.fn, "every master has it again")
 			return nil
 		}))
+		assert.True(t, q.usesFunctions(), "still run as functions")
 	})
 }
 
@@ -117,7 +157,7 @@ func TestAServerThatRefusesFunctionsRunsTheScriptsBySHA(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	q := newQueue(t, c, WithBuckets(1))
 	roundTrip(t, q, "t")
-	assert.False(t, q.functions.Load(), "refused once, not asked again")
+	assert.False(t, q.usesFunctions(), "refused when the queue was opened")
 	before := commandCalls(t, admin)
 	roundTrip(t, q, "t")
 	after := commandCalls(t, admin)
@@ -144,7 +184,12 @@ func TestAFullServerWithoutTheFunctionsStillDrains(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, q.Finish(ctx, job.ID))
 	}
-	assert.True(t, q.functions.Load(), "a server that is full still runs functions once it has room")
+	assert.False(t, q.usesFunctions(), "for a while after a load failed, no call tries one")
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err()) // room again
+	q.functionsOff.Store(0)                                      // the pause is over
+	roundTrip(t, q, "u")
+	assert.True(t, q.usesFunctions(), "with room again, the scripts run as functions")
+	assert.Contains(t, libraries(t, c), scriptReserve.fn)
 }
 
 // loadElsewhere answers FUNCTION LOAD without sending it, as a client
@@ -168,8 +213,8 @@ func (loadElsewhere) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // A call whose function is still missing after the queue loaded it (its
 // client sent the load to another server) runs by SHA, and so do the
-// process's calls after it: no call pays for a load that never arrives
-// twice.
+// process's calls for a while after it: they do not each pay for a load
+// that never arrives.
 func TestAFunctionStillMissingAfterItsLoadRunsBySHA(t *testing.T) {
 	ctx := context.Background()
 	s := redistest.Start(t)
@@ -179,7 +224,7 @@ func TestAFunctionStillMissingAfterItsLoadRunsBySHA(t *testing.T) {
 	c.AddHook(loadElsewhere{})
 	q := newQueue(t, c, WithBuckets(1))
 	roundTrip(t, q, "t")
-	assert.False(t, q.functions.Load())
+	assert.False(t, q.usesFunctions())
 	before := commandCalls(t, admin)
 	roundTrip(t, q, "t")
 	after := commandCalls(t, admin)

@@ -259,7 +259,7 @@ func scriptCalls(calls map[string]int64) int64 {
 func loadedScript(t *testing.T, q *DelayQueue, s *luaScript) string {
 	t.Helper()
 	ctx := context.Background()
-	if q.functions.Load() {
+	if q.usesFunctions() {
 		require.NoError(t, q.loadFunction(ctx, s))
 		return s.fn
 	}

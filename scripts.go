@@ -71,7 +71,7 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 		c.cmd = q.runScript(ctx, c.script, c.keys, c.args...)
 	} else {
 		pipe := q.client.Pipeline()
-		functions := q.functions.Load()
+		functions := q.usesFunctions()
 		for _, c := range calls {
 			if functions {
 				c.cmd = pipe.FCall(ctx, c.script.fn, c.keys, c.args...)
