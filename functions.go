@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,24 +113,114 @@ func (q *DelayQueue) runScript(ctx context.Context, s *luaScript, keys []string,
 	return s.on(q.plain).Run(ctx, q.client, keys, args...)
 }
 
-// loadFunction loads the library of s on the server, on every master of a
-// Cluster, or on every shard of a Ring.
+// loadFunction loads the library of s on every server (eachServer).
 func (q *DelayQueue) loadFunction(ctx context.Context, s *luaScript) error {
-	load := func(ctx context.Context, c redis.Cmdable) error {
+	return q.eachServer(ctx, func(ctx context.Context, c redis.Cmdable) error {
 		if err := c.FunctionLoad(ctx, s.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
 			return err
 		}
 		return nil
-	}
-	each := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
+	})
+}
+
+// eachServer runs f on the server, on every master of a Cluster, or on
+// every shard of a Ring: where functions live.
+func (q *DelayQueue) eachServer(ctx context.Context, f func(context.Context, redis.Cmdable) error) error {
+	each := func(ctx context.Context, c *redis.Client) error { return f(ctx, c) }
 	switch c := q.client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
 		return c.ForEachShard(ctx, each)
 	default:
-		return load(ctx, c)
+		return f(ctx, c)
 	}
+}
+
+// ourFunctions are the names of this version's functions (loadScript).
+var ourFunctions = map[string]bool{}
+
+// isQueueFunction reports whether name is the name of a function of some
+// version of this package: functionPrefix and a SHA1 in hex.
+func isQueueFunction(name string) bool {
+	sum, ok := strings.CutPrefix(name, functionPrefix)
+	if !ok || len(sum) != 2*sha1.Size {
+		return false
+	}
+	_, err := hex.DecodeString(sum)
+	return err == nil && strings.ToLower(sum) == sum
+}
+
+// StaleFunctions returns the function libraries of other versions of this
+// package on the server (on any master of a Cluster): the scripts of a
+// version that changed them, left behind once no process runs it. They
+// take memory, and are kept in the server's RDB and AOF files, until
+// PruneFunctions deletes them. The libraries are the server's, not one
+// queue's: all queues on it share them. A server without functions has
+// none.
+func (q *DelayQueue) StaleFunctions(ctx context.Context) ([]string, error) {
+	stale, err := q.staleFunctions(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: list functions: %w", err)
+	}
+	return stale, nil
+}
+
+// PruneFunctions deletes the libraries StaleFunctions returns, and returns
+// their names. A process that still runs such a version loads its library
+// again on its next call, so pruning while older processes run costs each
+// of them a load, and fails none of their calls.
+func (q *DelayQueue) PruneFunctions(ctx context.Context) ([]string, error) {
+	deleted, err := q.staleFunctions(ctx, func(ctx context.Context, c redis.Cmdable, name string) error {
+		if err := c.FunctionDelete(ctx, name).Err(); err != nil && !strings.Contains(err.Error(), "not found") {
+			return err // another prune may have deleted it first
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delayqueue: prune functions: %w", err)
+	}
+	return deleted, nil
+}
+
+// staleFunctions lists the libraries of other versions on every server,
+// calls del (when given) for each where it is, and returns their names,
+// sorted.
+func (q *DelayQueue) staleFunctions(ctx context.Context, del func(context.Context, redis.Cmdable, string) error) ([]string, error) {
+	if !q.functions.Load() {
+		return nil, nil
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	err := q.eachServer(ctx, func(ctx context.Context, c redis.Cmdable) error {
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: functionPrefix + "*"}).Result()
+		if err != nil {
+			return redisError(err)
+		}
+		for _, l := range libs {
+			if !isQueueFunction(l.Name) || ourFunctions[l.Name] {
+				continue
+			}
+			if del != nil {
+				if err := del(ctx, c, l.Name); err != nil {
+					return redisError(err)
+				}
+			}
+			mu.Lock()
+			seen[l.Name] = true
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(seen))
+	for name := range seen {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // notRun reports whether err says a script call was not run, and may be

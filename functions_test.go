@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -230,4 +232,59 @@ func TestAFunctionStillMissingAfterItsLoadRunsBySHA(t *testing.T) {
 	after := commandCalls(t, admin)
 	assert.Zero(t, after["fcall"]-before["fcall"], "not tried again")
 	assert.Empty(t, libraries(t, admin))
+}
+
+// oldLibrary is a library as an older version of the package would have
+// left: named like the queue's, by a SHA1 this version's are not.
+func oldLibrary(name string) string {
+	return "#!lua name=" + name + "\nredis.register_function('" + name + "', function() return 1 end)\n"
+}
+
+// The libraries of other versions are found and deleted; this version's,
+// and other users' libraries, are left; a process of the version deleted
+// loads its own again.
+func TestPruneFunctionsDeletesOnlyOtherVersionsLibraries(t *testing.T) {
+	ctx := context.Background()
+	old := functionPrefix + strings.Repeat("ab", 20)
+	t.Run("redis", func(t *testing.T) {
+		c := redistest.Start(t).Client(t)
+		q := newQueue(t, c, WithBuckets(1))
+		roundTrip(t, q, "t")
+		for _, lib := range []string{oldLibrary(old), oldLibrary("dq_mine"), oldLibrary("billing")} {
+			require.NoError(t, c.FunctionLoad(ctx, lib).Err())
+		}
+		stale, err := q.StaleFunctions(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{old}, stale)
+		before := libraries(t, c)
+		deleted, err := q.PruneFunctions(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{old}, deleted)
+		assert.ElementsMatch(t, slices.DeleteFunc(before, func(n string) bool { return n == old }), libraries(t, c))
+		again, err := q.PruneFunctions(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, again, "nothing left to prune")
+		roundTrip(t, q, "t")
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3, 0)
+		cc := redistest.ClusterClient(t, cl)
+		q := newQueue(t, cc)
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FunctionLoad(ctx, oldLibrary(old)).Err()
+		}))
+		deleted, err := q.PruneFunctions(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{old}, deleted, "once, though on every master")
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			assert.NotContains(t, libraries(t, m), old)
+			return nil
+		}))
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		q := newQueue(t, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+		stale, err := q.StaleFunctions(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, stale, "a server without functions has none")
+	})
 }

@@ -72,7 +72,9 @@ func loadScript(name string) *luaScript {
 	}
 	code := joinCode(libs, body)
 	fn, lib := functionOf(flags, libs, body)
-	return &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code), fn: fn, lib: lib}
+	s := &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code), fn: fn, lib: lib}
+	ourFunctions[fn] = true
+	return s
 }
 
 // isCompileError reports whether err is a server's refusal to compile a

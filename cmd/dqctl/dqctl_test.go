@@ -519,3 +519,30 @@ func TestLimitsSetShowClear(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, l)
 }
+
+// functions lists the libraries other versions left and, once confirmed,
+// deletes them; this version's stay, and the queue goes on.
+func TestFunctionsListsAndPrunesOtherVersionsLibraries(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	f := newFixture(t, s.Client(t), "--addr", s.Addr)
+	old := "dq_" + strings.Repeat("cd", 20)
+	require.NoError(t, f.client.FunctionLoad(ctx, "#!lua name="+old+"\nredis.register_function('"+old+"', function() return 1 end)\n").Err())
+	ours, err := f.client.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "dq_*"}).Result()
+	require.NoError(t, err)
+	require.Greater(t, len(ours), 1, "the fixture's calls loaded this version's")
+
+	assert.Equal(t, old+"\n1 libraries of other versions\n", f.ok(t, "functions"))
+	r := f.run(t, "functions", "--prune")
+	assert.Equal(t, exitUsage, r.code, "not confirmed without a terminal")
+	assert.Contains(t, r.stderr, "Delete the 1 function libraries of other versions?")
+	var res map[string][]string
+	f.json(t, &res, "functions", "--prune", "--yes")
+	assert.Equal(t, map[string][]string{"deleted": {old}}, res)
+	left, err := f.client.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "dq_*"}).Result()
+	require.NoError(t, err)
+	assert.Len(t, left, len(ours)-1, "only the other version's is gone")
+	assert.Equal(t, "0 libraries of other versions\n", f.ok(t, "functions", "--prune"), "nothing to ask")
+	_, err = f.q.Push(ctx, &delayqueue.Job{Topic: "orders"})
+	require.NoError(t, err)
+}

@@ -144,9 +144,9 @@ takes a password, so none shows in the process list or the shell history.
 Output is an aligned table, or with --json one JSON document (watch: one per
 refresh). Times in JSON are RFC 3339 in UTC.
 
-Destructive commands (remove, requeue --all, purge) ask for confirmation on
-the terminal unless --yes is given; without --yes and without a terminal on
-stdin they refuse.
+Destructive commands (remove, requeue --all, purge, functions --prune) ask
+for confirmation on the terminal unless --yes is given; without --yes and
+without a terminal on stdin they refuse.
 
 Exit codes:
   0  success
@@ -172,7 +172,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.statsCommand(), a.topicsCommand(), a.watchCommand(),
 		a.listCommand(), a.getCommand(), a.pushCommand(), a.removeCommand(),
 		a.requeueCommand(), a.purgeCommand(), a.pauseCommand(), a.resumeCommand(), a.limitsCommand(),
-		a.serveCommand(), a.schedulesCommand(),
+		a.serveCommand(), a.schedulesCommand(), a.functionsCommand(),
 	)
 	return root
 }

@@ -90,6 +90,47 @@ func (a *app) resumeCommand() *cobra.Command {
 	}
 }
 
+func (a *app) functionsCommand() *cobra.Command {
+	var prune bool
+	cmd := &cobra.Command{
+		Use:   "functions [--prune]",
+		Short: "List the function libraries other versions left in Redis; --prune deletes them",
+		Long: `List the Redis function libraries (dq_<sha1>) of other versions of the
+queue's package: each version whose scripts changed left its own, which
+Redis keeps in memory and in its RDB and AOF files. With --prune, delete
+them (asks first unless --yes). They are the server's, shared by every
+queue on it. A process that still runs such a version loads its library
+again on its next call: pruning costs it a load, not a failed call.`,
+		Args: exactArgs(0),
+		RunE: a.onQueue(func(ctx context.Context, q *delayqueue.DelayQueue, _ []string) error {
+			stale, err := q.StaleFunctions(ctx)
+			if err != nil {
+				return err
+			}
+			if !prune || len(stale) == 0 {
+				if a.json {
+					return printJSON(a.stdout, map[string]any{"stale": stale})
+				}
+				for _, name := range stale {
+					fmt.Fprintln(a.stdout, name)
+				}
+				return a.done(nil, "%d libraries of other versions", len(stale))
+			}
+			if err := a.confirm(ctx, fmt.Sprintf("Delete the %d function libraries of other versions?", len(stale))); err != nil {
+				return err
+			}
+			deleted, err := q.PruneFunctions(ctx)
+			if err != nil {
+				return err
+			}
+			return a.done(map[string]any{"deleted": deleted}, "deleted %d libraries of other versions", len(deleted))
+		}),
+	}
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete them")
+	a.addYes(cmd)
+	return cmd
+}
+
 // allDead asks prompt (given the topic's dead count and the topic), then
 // runs op on every dead job of topic and says how many it did, as verb.
 func (a *app) allDead(ctx context.Context, q *delayqueue.DelayQueue, topic, prompt, verb string,
