@@ -88,14 +88,6 @@ func isCompileError(err error) bool {
 // follow a script's flags line, and open a library file.
 const includeLine = "--#include "
 
-// assembleScript reads scripts/<name> from files and returns its flags line
-// and its code: the library files it includes, and theirs, each once and
-// after those it includes, then the script's own lines.
-func assembleScript(files fs.FS, name string) (flags, code string, err error) {
-	flags, libs, body, err := assembleParts(files, name)
-	return flags, joinCode(libs, body), err
-}
-
 // joinCode returns a script's code from its library files and its own lines.
 func joinCode(libs, body string) string {
 	if libs == "" {
@@ -104,8 +96,10 @@ func joinCode(libs, body string) string {
 	return libs + "\n" + body
 }
 
-// assembleParts is assembleScript, with the code in two parts: the library
-// files, and the script's own lines.
+// assembleParts reads scripts/<name> from files and returns its flags line
+// and its code in two parts: the library files it includes, and theirs,
+// each once and after those it includes (includedLibs); and the script's
+// own lines.
 func assembleParts(files fs.FS, name string) (flags, libs, body string, err error) {
 	src, err := fs.ReadFile(files, "scripts/"+name)
 	if err != nil {
@@ -119,18 +113,12 @@ func assembleParts(files fs.FS, name string) (flags, libs, body string, err erro
 	return flags, libs, body, err
 }
 
-// withIncludes returns src, the code of file name, after the library
-// files it includes and theirs, each once, a library after those it includes,
-// without its comment lines (they document the file; a script runs on
-// every call what it carries, and is sent with it). A library that is
-// missing, or that includes itself through others, is an error.
-func withIncludes(files fs.FS, name, src string) (string, error) {
-	libs, body, err := includedLibs(files, name, src)
-	return joinCode(libs, body), err
-}
-
-// includedLibs is withIncludes, with the code in two parts: the library
-// files, and the rest of src.
+// includedLibs returns, for src, the code of file name: the library files
+// it includes and theirs, each once, a library after those it includes,
+// without their comment lines (they document the file; a script runs on
+// every call what it carries, and is sent with it); and the rest of src.
+// A library that is missing, or that includes itself through others, is
+// an error.
 func includedLibs(files fs.FS, name, src string) (libs, body string, err error) {
 	const (
 		visiting = 1

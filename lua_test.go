@@ -313,3 +313,15 @@ func codecSamples() map[string][]byte {
 		"largest headers": encodeJob("t", []byte("b"), 1, 1, 0, 0, 0, encodeHeaders(map[string]string{"k": strings.Repeat("v", maxHeadersSize-1)})),
 	}
 }
+
+// assembleScript is assembleParts with the code in one piece, as it runs.
+func assembleScript(files fs.FS, name string) (flags, code string, err error) {
+	flags, libs, body, err := assembleParts(files, name)
+	return flags, joinCode(libs, body), err
+}
+
+// withIncludes is includedLibs with the code in one piece.
+func withIncludes(files fs.FS, name, src string) (string, error) {
+	libs, body, err := includedLibs(files, name, src)
+	return joinCode(libs, body), err
+}

@@ -81,6 +81,9 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
 		for _, c := range calls {
+			if functionsRefused(c.cmd.Err()) {
+				q.pauseFunctions() // the calls below go by SHA at once
+			}
 			if notRun(c.cmd.Err()) {
 				// The server has not seen the script or its function yet
 				// (or restarted), or refuses functions: runScript loads
