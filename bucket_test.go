@@ -72,7 +72,7 @@ func TestMoveDue(t *testing.T) {
 			name: "an expired reservation becomes ready again",
 			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
 				id := pushed(t, q, &Job{Topic: "t", TTR: 5 * time.Second})
-				c, err := q.reserve(ctx, 0, "t", 1, 0, true)
+				c, err := q.reserve(ctx, 0, "t", 1, 0, reserveGreedy)
 				require.NoError(t, err)
 				jobs := c.jobs
 				require.Len(t, jobs, 1)
@@ -86,7 +86,7 @@ func TestMoveDue(t *testing.T) {
 			name: "a reservation not yet expired stays",
 			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
 				id := pushed(t, q, &Job{Topic: "t", TTR: 5 * time.Second})
-				c, err := q.reserve(ctx, 0, "t", 1, 0, true)
+				c, err := q.reserve(ctx, 0, "t", 1, 0, reserveGreedy)
 				require.NoError(t, err)
 				jobs := c.jobs
 				require.Len(t, jobs, 1)
@@ -99,7 +99,7 @@ func TestMoveDue(t *testing.T) {
 			name: "an expired reservation with no attempts left is dead",
 			seed: func(t *testing.T, q *DelayQueue, advance func(time.Duration)) []string {
 				id := pushed(t, q, &Job{Topic: "t", TTR: time.Second, MaxAttempts: 1})
-				c, err := q.reserve(ctx, 0, "t", 1, 0, true)
+				c, err := q.reserve(ctx, 0, "t", 1, 0, reserveGreedy)
 				require.NoError(t, err)
 				jobs := c.jobs
 				require.Len(t, jobs, 1)

@@ -100,6 +100,11 @@ type Event struct {
 	Schedule string
 	Missed   int
 	Existed  bool // EventPushed
+	// Unclaimed is EventReserveCall's: the call came only for ready
+	// signals that another call's reply said were left, and found that
+	// other processes had taken them. It read nothing more: it cost Redis
+	// a few commands, not a look at the list.
+	Unclaimed bool
 	// Lateness is, for EventReserved, the start of the reservation less
 	// the job's due time, both on the Redis server's clock; -1 when the due
 	// time is not known (a reserve call re-sent after a lost reply).

@@ -29,8 +29,8 @@ type reserveCall struct {
 	b      int
 	topic  string
 	want   int
-	held   int  // signals the consumer holds
-	greedy bool // take as many as asked, whatever the signals
+	held   int // signals the consumer holds
+	mode   reserveMode
 	jobs   []*Job
 	status reserveStatus
 	// left is the signals the list holds after the call; or, when none,
@@ -43,8 +43,8 @@ type reserveCall struct {
 // with held signals of the caller's, and says how the call ended and how
 // many signals are left. Pops that look at the same list at the same time
 // share one script call.
-func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want, held int, greedy bool) (*reserveCall, error) {
-	c := &reserveCall{b: b, topic: topic, want: want, held: held, greedy: greedy}
+func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want, held int, mode reserveMode) (*reserveCall, error) {
+	c := &reserveCall{b: b, topic: topic, want: want, held: held, mode: mode}
 	if err := q.reserves.For(b).Do(ctx, c); err != nil {
 		return nil, err
 	}
@@ -68,20 +68,24 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	// One call per list, or more when the requests want more than
 	// maxReserve jobs together (each wants at most maxReserve).
 	groups := batch.GroupBy(reqs,
-		func(c *reserveCall) list { return list{c.b, c.topic, c.greedy} },
+		func(c *reserveCall) list { return list{c.b, c.topic, c.mode == reserveGreedy} },
 		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
 	rides := make([][]*batch.Request[*finishCall], len(groups))
 	for i, g := range groups {
-		held := 0
+		// A call comes only to claim signals when all its requests do.
+		held, mode := 0, reserveClaim
 		for _, r := range g.Reqs {
 			held += r.In.held
+			if r.In.mode != reserveClaim {
+				mode = r.In.mode
+			}
 		}
 		// The finishes of the bucket that wait to be sent go with the
 		// call, rather than in one of their own.
 		b := g.Key.b
 		rides[i] = q.finishes.For(b).Take(maxReserve, func(c *finishCall) bool { return c.b == b })
-		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, g.Key.greedy, finishCalls(rides[i]))
+		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]))
 		if len(rides[i]) > 0 {
 			// The finishes must not end with the popper's wait (a
 			// Consume that stops): the call goes whole, as a batch of
@@ -116,11 +120,11 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 // b, with held signals, that first finishes the jobs of finishes (pairs of
 // a job ID and a reservation, as finish.lua takes them). Its record slot
 // is handed back by answered, once the call is answered.
-func (q *DelayQueue) reserveCall(b int, topic string, n, held int, greedy bool, finishes []any) *scriptCall {
+func (q *DelayQueue) reserveCall(b int, topic string, n, held int, mode reserveMode, finishes []any) *scriptCall {
 	bk := q.keys.bucket(b)
 	slot := q.records.take()
 	args := make([]any, 0, 10+len(finishes))
-	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, greedy, q.callName(), len(finishes)/2)
+	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, int(mode), q.callName(), len(finishes)/2)
 	return &scriptCall{script: scriptReserve,
 		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
 			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup},
@@ -172,7 +176,7 @@ func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scrip
 	for _, job := range jobs {
 		job.queue = q.ident
 	}
-	q.observe(ctx, Event{Kind: EventReserveCall, Topic: topic, Count: len(jobs)})
+	q.observe(ctx, Event{Kind: EventReserveCall, Topic: topic, Count: len(jobs), Unclaimed: status == reserveUnclaimed})
 	return jobs, status, left, nil
 }
 
@@ -193,7 +197,7 @@ func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, er
 	}
 	status, ok := res[0].(int64)
 	left, ok2 := res[1].(int64)
-	if !ok || !ok2 || status < int64(reserveRanOut) || status > int64(reservePaused) {
+	if !ok || !ok2 || status < int64(reserveRanOut) || status > int64(reserveUnclaimed) {
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
 	var jobs []*Job
@@ -327,7 +331,14 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			if n == 0 {
 				continue
 			}
-			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, timeout <= 0)
+			mode := reserveSignalled
+			switch {
+			case timeout <= 0:
+				mode = reserveGreedy
+			case l.claim:
+				mode = reserveClaim
+			}
+			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, mode)
 			if err != nil {
 				// The signals of this look and of those not sent go to
 				// another consumer: one too many costs a look, one too few

@@ -32,6 +32,24 @@ const (
 	reserveFilled reserveStatus = 1 // it got every job it asked for
 	reserveStale  reserveStatus = 2 // it dropped staleSkips stale IDs; the list may hold more
 	reservePaused reserveStatus = 3 // the topic is paused; the signals held were put back
+	// a call that came only to claim signals (reserveClaim) found none:
+	// other processes took them first
+	reserveUnclaimed reserveStatus = 4
+)
+
+// reserveMode is how a reserve call takes jobs (reserve.lua's ARGV[8]).
+type reserveMode int
+
+const (
+	// reserveSignalled takes no more jobs than the signals the caller
+	// holds or claims, and looks at the list when there are none.
+	reserveSignalled reserveMode = 0
+	// reserveGreedy takes as many jobs as asked, whatever the signals: a
+	// consumer that will not wait.
+	reserveGreedy reserveMode = 1
+	// reserveClaim comes for signals another call's reply said were left:
+	// holding none and finding none, it reads nothing more.
+	reserveClaim reserveMode = 2
 )
 
 // reserveNoSignal stands in reserve.lua's reply for the signals left when

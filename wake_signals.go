@@ -161,9 +161,11 @@ func (w *waits) topicLocked(topic string) *topicWait {
 }
 
 // look is one reserve call a consumer makes: n jobs at most from bucket b,
-// with held signals of its own.
+// with held signals of its own; claim when it comes, holding none, only
+// for signals a reply said were left (reserveClaim).
 type look struct {
 	b, n, held int
+	claim      bool
 }
 
 // plan lists the reserve calls a consumer of topic that wants n jobs makes
@@ -217,7 +219,7 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 		if j := slices.IndexFunc(looks, func(l look) bool { return l.b == b }); j >= 0 {
 			looks[j].n += k
 		} else {
-			looks = append(looks, look{b: b, n: k})
+			looks = append(looks, look{b: b, n: k, claim: a > 0})
 		}
 	}
 	return looks

@@ -436,9 +436,11 @@ func TestConsumersGoWhereTheMostSignalsAreLeft(t *testing.T) {
 	copy(tw.avail, []int{1, 0, 3, unknown})
 	w.mu.Unlock()
 
-	assert.Equal(t, []look{{b: 2, n: 1}}, w.plan("t", 1, 0, false))
-	assert.Equal(t, []look{{b: 2, n: 1}}, w.plan("t", 1, 1, false), "from another start too")
-	assert.Equal(t, []look{{b: 0, n: 1}, {b: 2, n: 1}, {b: 3, n: 2}}, w.plan("t", 4, 3, false),
+	// Where signals are left, a consumer comes to claim them; where not
+	// known, to look.
+	assert.Equal(t, []look{{b: 2, n: 1, claim: true}}, w.plan("t", 1, 0, false))
+	assert.Equal(t, []look{{b: 2, n: 1, claim: true}}, w.plan("t", 1, 1, false), "from another start too")
+	assert.Equal(t, []look{{b: 0, n: 1, claim: true}, {b: 2, n: 1, claim: true}, {b: 3, n: 2}}, w.plan("t", 4, 3, false),
 		"the rest, as many each, from the start on; then where not known")
 }
 
@@ -458,12 +460,12 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 		sig := q.keys.bucket(0).signals("t")
 		require.NoError(t, be.client.LPopCount(ctx, sig, 2).Err())
 
-		c, err := q.reserve(ctx, 0, "t", 2, 0, false)
+		c, err := q.reserve(ctx, 0, "t", 2, 0, reserveSignalled)
 		require.NoError(t, err)
 		assert.Len(t, c.jobs, 1, "the one signal left")
 		assert.Equal(t, reserveNoSignal, c.left, "jobs are left, their signals held elsewhere")
 
-		c, err = q.reserve(ctx, 0, "t", 2, 0, false)
+		c, err = q.reserve(ctx, 0, "t", 2, 0, reserveSignalled)
 		require.NoError(t, err)
 		if time.Since(start) >= time.Second {
 			// The head job waited over a second: a call takes it
@@ -473,12 +475,12 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveNoSignal, c.left, "no signal, and a job heads the list")
 
-		c, err = q.reserve(ctx, 0, "t", 2, 2, false) // the holder comes
+		c, err = q.reserve(ctx, 0, "t", 2, 2, reserveSignalled) // the holder comes
 		require.NoError(t, err)
 		assert.Len(t, c.jobs, 2)
 		assert.Equal(t, reserveDry, c.left, "the call read the list to its end")
 
-		c, err = q.reserve(ctx, 0, "t", 2, 0, false)
+		c, err = q.reserve(ctx, 0, "t", 2, 0, reserveSignalled)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveDry, c.left, "it looked at the list: it holds no job")
@@ -494,14 +496,13 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(1))
 		bk := q.keys.bucket(0)
-		ids := []string{pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"}), pushed(t, q, &Job{Topic: "t"})}
 		// Every signal was lost with a process that died, and the first two
 		// jobs have waited for a minute since.
-		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
+		ids := jobsWithoutSignals(t, be, q, 3)
 		readySince(t, be, q, time.Now().Add(-time.Minute), ids[:2]...)
 		readySince(t, be, q, time.Now().Add(time.Minute), ids[2]) // fresh, however slow the machine
 
-		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
+		c, err := q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
 		require.NoError(t, err)
 		require.Len(t, c.jobs, 1)
 		assert.Equal(t, ids[0], c.jobs[0].ID)
@@ -512,12 +513,75 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 
 		// A consumer takes that signal, as a blocked call does, and comes.
 		require.NoError(t, be.client.LPop(ctx, bk.signals("t")).Err())
-		c, err = q.reserve(ctx, 0, "t", 1, 1, false)
+		c, err = q.reserve(ctx, 0, "t", 1, 1, reserveSignalled)
 		require.NoError(t, err)
 		require.Len(t, c.jobs, 1)
 		assert.Equal(t, ids[1], c.jobs[0].ID)
 		assert.Equal(t, reserveNoSignal, c.left, "the job behind is fresh: no signal for it")
 	})
+}
+
+// A call that comes only to claim signals a reply said were left, and
+// finds them taken, reads nothing more: not even a job that waited over a
+// second without a signal, which a look takes (it says nothing of the
+// list, so no look for a lost signal is planned on its word). With
+// signals left, it takes as a look does; and sent again after a lost
+// reply, it answers from its record.
+func TestAClaimThatFindsTheSignalsTakenReadsNothingMore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		bk := q.keys.bucket(0)
+		// Other processes took every signal, and the jobs have waited
+		// for a minute since.
+		ids := jobsWithoutSignals(t, be, q, 3)
+		readySince(t, be, q, time.Now().Add(-time.Minute), ids...)
+
+		c, err := q.reserve(ctx, 0, "t", 2, 0, reserveClaim)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs)
+		assert.Equal(t, reserveUnclaimed, c.status)
+		assert.Equal(t, 0, c.left)
+		counts, err := q.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 3, counts.Ready, "nothing taken")
+		c, err = q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1, "a look takes the stranded job")
+		assert.Equal(t, ids[0], c.jobs[0].ID)
+
+		// Two signals come back: a claim takes them, as a look does.
+		require.NoError(t, be.client.RPush(ctx, bk.signals("t"), "1", "1").Err())
+		call := q.reserveCall(0, "t", 2, 0, reserveClaim, nil)
+		var got [2][]*Job
+		for i := range 2 { // the second run: its first's reply was lost
+			q.sendCalls(ctx, []*scriptCall{call})
+			got[i], _, _, err = q.reserved(ctx, 0, "t", call)
+			require.NoError(t, err)
+		}
+		q.answered([]*scriptCall{call})
+		require.Len(t, got[0], 2)
+		assert.Equal(t, []string{ids[1], ids[2]}, []string{got[0][0].ID, got[0][1].ID})
+		require.Len(t, got[1], 2, "the second run answers from the record")
+		assert.Equal(t, got[0][0].ID, got[1][0].ID)
+		assert.Equal(t, got[0][1].ID, got[1][1].ID)
+		counts, err = q.Counts(ctx, "t")
+		require.NoError(t, err)
+		assert.Equal(t, 0, counts.Ready)
+		assert.Equal(t, 3, counts.Reserved)
+	})
+}
+
+// jobsWithoutSignals pushes n ready jobs of topic "t" to q, of one bucket,
+// and deletes their signals, and returns their IDs in the list's order.
+func jobsWithoutSignals(t *testing.T, be backend, q *DelayQueue, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = pushed(t, q, &Job{Topic: "t"})
+	}
+	require.NoError(t, be.client.Del(context.Background(), q.keys.bucket(0).signals("t")).Err())
+	return ids
 }
 
 // readySince rewrites the ready jobs ids of bucket 0 as ready since at.
@@ -558,7 +622,7 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 		}
 		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
 
-		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
+		c, err := q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveStale, c.status)
@@ -567,7 +631,7 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 		require.NoError(t, err)
 		assert.EqualValues(t, 4, n, "it dropped staleSkips entries")
 
-		c, err = q.reserve(ctx, 0, "t", 1, 0, false)
+		c, err = q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs, "the job is fresh: its signal may be on its way")
 		assert.Equal(t, reserveNoSignal, c.left, "a job is left without a signal")
@@ -576,7 +640,7 @@ func TestALookForALostSignalSeesPastStaleEntries(t *testing.T) {
 		assert.EqualValues(t, 1, n, "the stale entries before it are dropped")
 
 		readySince(t, be, q, time.Now().Add(-time.Minute), job)
-		c, err = q.reserve(ctx, 0, "t", 1, 0, false)
+		c, err = q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
 		require.NoError(t, err)
 		require.Len(t, c.jobs, 1, "its signal was lost: it is taken")
 		assert.Equal(t, job, c.jobs[0].ID)
@@ -638,7 +702,7 @@ func TestALookAtAListOfStaleEntriesSaysItRanDry(t *testing.T) {
 		}
 		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
 
-		c, err := q.reserve(ctx, 0, "t", 1, 0, false)
+		c, err := q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveDry, c.left)
@@ -667,13 +731,13 @@ func TestACallStoppedByStaleEntriesSaysJobsMayBeLeft(t *testing.T) {
 		job := pushed(t, q, &Job{Topic: "t"})
 		require.NoError(t, be.client.Del(ctx, bk.signals("t")).Err())
 
-		c, err := q.reserve(ctx, 0, "t", 1, 1, false) // its signal, taken by a blocked call
+		c, err := q.reserve(ctx, 0, "t", 1, 1, reserveSignalled) // its signal, taken by a blocked call
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveStale, c.status)
 		assert.Equal(t, reserveNoSignal, c.left)
 
-		c, err = q.reserve(ctx, 0, "t", 1, 1, false)
+		c, err = q.reserve(ctx, 0, "t", 1, 1, reserveSignalled)
 		require.NoError(t, err)
 		require.Len(t, c.jobs, 1)
 		assert.Equal(t, job, c.jobs[0].ID)

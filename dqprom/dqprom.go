@@ -119,7 +119,7 @@ type topicSeries struct {
 	pushed, pushedExisted                prometheus.Counter
 	moved, delivered, finished, retried  prometheus.Counter
 	dead                                 prometheus.Counter
-	callsFound, callsEmpty               prometheus.Counter
+	callsFound, callsEmpty, callsTaken   prometheus.Counter
 	lateness, durationOK, durationFailed prometheus.Observer
 	snoozed, limitWaits                  prometheus.Counter
 	durationSnoozed                      prometheus.Observer
@@ -158,7 +158,7 @@ func New(opts Options) *Metrics {
 	m.limitWaits = counter("delayqueue_limit_waits_total", "Waits of a consumer at its topic's limits (SetLimits).")
 	m.dead = counter("delayqueue_jobs_dead_total", "Jobs sent to the dead letters.")
 	m.reserveCalls = counter("delayqueue_reserve_calls_total",
-		`Reserve calls this process made; found="false" when one reserved nothing (work for nothing).`, "found")
+		`Reserve calls this process made; found="false" when one looked and reserved nothing (work for nothing), "taken" when one came only to claim signals and found other processes had taken them (a few commands).`, "found")
 	m.ticks = counter("delayqueue_schedule_ticks_total", "Ticks of schedules that came and were fired, by their job's topic.")
 	m.missed = counter("delayqueue_schedule_ticks_missed_total",
 		"Ticks of schedules skipped because no started process reached Redis at their time.")
@@ -208,9 +208,12 @@ func (m *Metrics) Observe(_ context.Context, e delayqueue.Event) {
 	case delayqueue.EventDead:
 		s.dead.Inc()
 	case delayqueue.EventReserveCall:
-		if e.Count > 0 {
+		switch {
+		case e.Count > 0:
 			s.callsFound.Inc()
-		} else {
+		case e.Unclaimed:
+			s.callsTaken.Inc()
+		default:
 			s.callsEmpty.Inc()
 		}
 	case delayqueue.EventTick: // rare: no cached series
@@ -253,6 +256,7 @@ func (m *Metrics) series(topic string) *topicSeries {
 		dead:           m.dead.WithLabelValues(topic),
 		callsFound:     m.reserveCalls.WithLabelValues(topic, "true"),
 		callsEmpty:     m.reserveCalls.WithLabelValues(topic, "false"),
+		callsTaken:     m.reserveCalls.WithLabelValues(topic, "taken"),
 		lateness:       m.lateness.WithLabelValues(topic),
 		durationOK:     m.duration.WithLabelValues(topic, "ok"),
 		durationFailed: m.duration.WithLabelValues(topic, "error"),

@@ -202,3 +202,21 @@ func TestScheduleTicksFiredAndMissedAreCounted(t *testing.T) {
 	assert.Equal(t, 2.0, value(t, got, "delayqueue_schedule_ticks_total", "topic", "t"))
 	assert.Equal(t, 59.0, value(t, got, "delayqueue_schedule_ticks_missed_total", "topic", "t"))
 }
+
+// A reserve call that came only to claim signals and found them taken is
+// counted apart from one that looked and found nothing: the one costs
+// Redis a few commands, the other a look at the list.
+func TestReserveCallsAreCountedByWhatTheyFound(t *testing.T) {
+	m := dqprom.New(dqprom.Options{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	ctx := context.Background()
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventReserveCall, Topic: "t", Count: 3})
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventReserveCall, Topic: "t"})
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventReserveCall, Topic: "t", Unclaimed: true})
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventReserveCall, Topic: "t", Unclaimed: true})
+	got := scrape(t, reg)
+	assert.Equal(t, 1.0, value(t, got, "delayqueue_reserve_calls_total", "topic", "t", "found", "true"))
+	assert.Equal(t, 1.0, value(t, got, "delayqueue_reserve_calls_total", "topic", "t", "found", "false"))
+	assert.Equal(t, 2.0, value(t, got, "delayqueue_reserve_calls_total", "topic", "t", "found", "taken"))
+}

@@ -12,7 +12,9 @@
 -- ARGV[6] how long the record lives, ms  ARGV[7] how many signals the
 -- caller holds (taken off the signals by a blocked pop)  ARGV[8] "1" to
 -- take as many jobs as asked whatever the signals (a consumer that will
--- not wait), claiming those it can  ARGV[9] the call's name, new for
+-- not wait), claiming those it can; "2" for a call that comes only to
+-- claim signals another call's reply said were left: when it holds none
+-- and finds none, it reads nothing more  ARGV[9] the call's name, new for
 -- every call and the same when it is sent again  ARGV[10] how many jobs
 -- of the bucket the call finishes first, F  ARGV[11..10+2F] those jobs, as
 -- finish.lua takes them: pairs of a job ID and a reservation (a consumer's
@@ -27,7 +29,8 @@
 -- it holds no job), and status 1 when as
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
--- 3 when the topic is paused (the caller's signals are put back); and last
+-- 3 when the topic is paused (the caller's signals are put back), 4 when
+-- a call that came only to claim signals found none (ARGV[8]); and last
 -- the finishes' answers, as finish.lua gives them.
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
@@ -77,6 +80,12 @@ local RESERVE_RAN_OUT = 0 -- the list, or the signals, ran out
 local RESERVE_FILLED = 1 -- as many as asked were reserved
 local RESERVE_STALE = 2 -- the stale IDs dropped reached the limit
 local RESERVE_PAUSED = 3 -- the topic is paused
+local RESERVE_UNCLAIMED = 4 -- a call that came only to claim signals found none
+-- How the call takes jobs (ARGV[8]): as many as asked, whatever the
+-- signals; or only the signals it comes to claim.
+local RESERVE_GREEDY = 1
+local RESERVE_CLAIM = 2
+local mode = tonumber(ARGV[8])
 -- In place of the signals left: none, and the list still holds jobs.
 local RESERVE_NO_SIGNAL = -1
 -- In place of the signals left: none, and the list holds no job.
@@ -138,6 +147,18 @@ local function replay(rec)
     end
   end
   return out
+end
+
+-- A call that came for signals another call's reply said were left, and
+-- finds that other processes took them, reads nothing more: it costs a
+-- few commands, not a look at the list.
+if mode == RESERVE_CLAIM and held == 0 and redis.call('LLEN', signals) == 0 then
+  local rec = redis.call('GET', record)
+  if ours(rec) then
+    return answer(replay(rec))
+  end
+  remember(RESERVE_UNCLAIMED)
+  return answer({RESERVE_UNCLAIMED, 0})
 end
 
 if redis.call('SISMEMBER', paused, topic) == 1 then
@@ -224,7 +245,7 @@ local want = math.min(asked, held + left)
 -- second, or may lie behind stale entries (the call says so rather than
 -- that nothing is left). The stale entries before it are dropped.
 local waiting, dropped, looked, status = false, 0, false, RESERVE_FILLED
-if ARGV[8] == '1' then
+if mode == RESERVE_GREEDY then
   want = asked
 elseif want == 0 then
   local before, v, more = first_job()

@@ -261,7 +261,7 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 	res.Received = out.received()
 	if q, ok := d.(*queue); ok {
 		res.Retried = int(q.retried.Load())
-		res.Reserves, res.Empty = int(q.calls.all.Load()), int(q.calls.empty.Load())
+		res.Reserves, res.Empty, res.Unclaimed = int(q.calls.all.Load()), int(q.calls.empty.Load()), int(q.calls.unclaimed.Load())
 	}
 	return res
 }
@@ -327,15 +327,19 @@ type queue struct {
 	spanned  func(body []byte, start, end time.Time)
 }
 
-// reserveCalls counts the reserve calls of the queue, and those that found
-// no job (delayqueue.EventReserveCall).
-type reserveCalls struct{ all, empty atomic.Int64 }
+// reserveCalls counts the reserve calls of the queue, those that found
+// no job, and of those the calls that came only to claim signals and
+// found them taken (delayqueue.EventReserveCall).
+type reserveCalls struct{ all, empty, unclaimed atomic.Int64 }
 
 func (r *reserveCalls) Observe(_ context.Context, e delayqueue.Event) {
 	if e.Kind == delayqueue.EventReserveCall {
 		r.all.Add(1)
 		if e.Count == 0 {
 			r.empty.Add(1)
+		}
+		if e.Unclaimed {
+			r.unclaimed.Add(1)
 		}
 	}
 }

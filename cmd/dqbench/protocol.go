@@ -89,9 +89,10 @@ type childResult struct {
 	PushStart int64  `json:"push_start_us,omitempty"` // Unix µs, before the first push
 	PushEnd   int64  `json:"push_end_us,omitempty"`   // Unix µs, after the last
 	Received  int    `json:"received,omitempty"`
-	Retried   int    `json:"retried,omitempty"`        // Redis errors retried (-endure)
-	Reserves  int    `json:"reserves,omitempty"`       // dq: reserve calls made
-	Empty     int    `json:"empty_reserves,omitempty"` // dq: reserve calls that found no job
+	Retried   int    `json:"retried,omitempty"`            // Redis errors retried (-endure)
+	Reserves  int    `json:"reserves,omitempty"`           // dq: reserve calls made
+	Empty     int    `json:"empty_reserves,omitempty"`     // dq: reserve calls that found no job
+	Unclaimed int    `json:"unclaimed_reserves,omitempty"` // dq: of those, calls that came only to claim signals and found them taken
 	Error     string `json:"error,omitempty"`
 }
 
