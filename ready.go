@@ -328,7 +328,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				w.unused(topic, l.b, l.held-n)
 				l.held = n
 			}
-			if n == 0 {
+			if n == 0 || timeout > 0 && w.outdated(topic, l) {
 				continue
 			}
 			mode := reserveSignalled

@@ -63,7 +63,8 @@ type topicWait struct {
 	// per bucket: since when every reply said jobs were left without a
 	// signal (zero: the last said the list ran dry)
 	bare   []time.Time
-	paused bool // a reserve call found the topic paused; until a resume
+	said   []uint64 // per bucket: how many reserve calls' replies said what is left
+	paused bool     // a reserve call found the topic paused; until a resume
 }
 
 // waiter is one waiting consumer, wanting up to want jobs. The signals
@@ -151,7 +152,7 @@ func (w *waits) topicLocked(topic string) *topicWait {
 	tw := w.topics[topic]
 	if tw == nil {
 		n := w.q.opts.buckets
-		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), bare: make([]time.Time, n)}
+		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), bare: make([]time.Time, n), said: make([]uint64, n)}
 		for b := range tw.avail {
 			tw.avail[b] = unknown
 		}
@@ -162,10 +163,12 @@ func (w *waits) topicLocked(topic string) *topicWait {
 
 // look is one reserve call a consumer makes: n jobs at most from bucket b,
 // with held signals of its own; claim when it comes, holding none, only
-// for signals a reply said were left (reserveClaim).
+// for signals a reply said were left (reserveClaim). said is the bucket's
+// count of replies when the look was planned.
 type look struct {
 	b, n, held int
 	claim      bool
+	said       uint64
 }
 
 // plan lists the reserve calls a consumer of topic that wants n jobs makes
@@ -219,10 +222,24 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 		if j := slices.IndexFunc(looks, func(l look) bool { return l.b == b }); j >= 0 {
 			looks[j].n += k
 		} else {
-			looks = append(looks, look{b: b, n: k, claim: a > 0})
+			looks = append(looks, look{b: b, n: k, claim: a > 0, said: tw.said[b]})
 		}
 	}
 	return looks
+}
+
+// outdated reports whether look l of a consumer of topic, which holds no
+// signal, has lost its reason since it was planned: a reply that came
+// since said the bucket has no signal left that no other consumer of this
+// process is going for, and no job left without one. A consumer sends its
+// looks one after another, and consumers that start together plan a look
+// at every bucket whose signals are not known yet: the first replies tell
+// the rest where nothing waits.
+func (w *waits) outdated(topic string, l look) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topicLocked(topic)
+	return l.held == 0 && tw.said[l.b] != l.said && tw.avail[l.b] == 0 && tw.bare[l.b].IsZero()
 }
 
 // jobsWait reports whether jobs of topic are known to wait for consumers:
@@ -249,6 +266,7 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
+	tw.said[b]++
 	unsignalled := left == reserveNoSignal
 	switch {
 	case unsignalled && tw.bare[b].IsZero():

@@ -183,6 +183,65 @@ func TestAReadyJobWakesOneConsumerNotAll(t *testing.T) {
 	})
 }
 
+// Consumers that start together on an empty queue each plan a look at
+// every bucket, whose signals are not known yet; the first replies tell the
+// rest where nothing waits, and their looks there are not sent: far fewer
+// reserve calls than a look per consumer per bucket.
+func TestConsumersThatStartTogetherDoNotEachLookAtEveryBucket(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const consumers, buckets = 16, 8
+		c := anotherClient(t, be.client)
+		counter := &reserveCounter{}
+		c.AddHook(counter)
+		q := newQueue(t, c, WithBuckets(buckets))
+		w, err := q.waiting()
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range consumers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := q.Pop(ctx, "t", time.Minute)
+				assert.ErrorIs(t, err, context.Canceled)
+			}()
+		}
+		require.Eventually(t, func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			tw := w.topics["t"]
+			return tw != nil && len(tw.waiters) == consumers
+		}, 30*time.Second, time.Millisecond, "every consumer waits")
+		assert.Less(t, counter.calls.Load(), int64(consumers*buckets/2), "a look per consumer per bucket would be %d", consumers*buckets)
+		cancel()
+		wg.Wait()
+	})
+}
+
+// A look that holds no signal is not sent when a reply since its plan
+// said the bucket has no signal left and no job left without one; it is
+// sent when the reply said jobs are left without a signal (one may have
+// been lost), or when no reply came.
+func TestALookIsNotSentWhereAReplySinceSaidNothingWaits(t *testing.T) {
+	w := idleWaits(t, newQueue(t, miniredisClient(t), WithBuckets(3)))
+	looks := w.plan("t", 1, 0, false)
+	require.Len(t, looks, 3, "a look at every bucket, none known")
+	w.settle("t", 0, reserveDry, reserveRanOut)
+	w.settle("t", 1, reserveNoSignal, reserveRanOut)
+	assert.True(t, w.outdated("t", looks[0]), "the list ran dry")
+	assert.False(t, w.outdated("t", looks[1]), "jobs are left without a signal")
+	assert.False(t, w.outdated("t", looks[2]), "no reply since")
+
+	w.settle("t", 0, 2, reserveFilled)
+	claims := w.plan("t", 2, 0, false)
+	require.Equal(t, look{b: 0, n: 2, claim: true, said: 2}, claims[0])
+	assert.False(t, w.outdated("t", claims[0]), "no reply since: the signals are this look's")
+	w.settle("t", 0, 0, reserveUnclaimed)
+	assert.True(t, w.outdated("t", claims[0]), "another consumer's call took them")
+	assert.False(t, w.outdated("t", look{b: 0, n: 1, held: 1}), "a look with a signal is sent")
+}
+
 // Jobs made ready together go to one waiting Consume, as many as it has
 // handlers free, in one reserve call: not a job to each of as many
 // processes, each paying a reserve call for one job.
@@ -420,7 +479,7 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 	w.mu.Unlock()
 	w.lookStranded("t", 0)
 	looks := w.plan("t", 1, 0, false)
-	assert.Equal(t, []look{{b: 0, n: 1}}, looks, "the next consumer looks at the list")
+	assert.Equal(t, []look{{b: 0, n: 1, said: 5}}, looks, "the next consumer looks at the list, after 5 replies")
 }
 
 // Consumers that plan together go first where the most signals are left,
