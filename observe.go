@@ -70,10 +70,11 @@ const (
 	// EventHandled: a Consume handler returned; Duration is how long it
 	// ran, Err what it returned (a panic as an error).
 	EventHandled
-	// EventReserveCall: a reserve call looked at one bucket's ready list of
+	// EventReserveCall: a reserve call went to one bucket's ready list of
 	// Topic for consumers of this process; Count is how many jobs it
 	// reserved. A call that found none was work for nothing: many of them
-	// say that consumers are woken for jobs others took.
+	// say that consumers are woken for jobs others took (Unclaimed: it
+	// came only to claim signals, and cost a few commands).
 	EventReserveCall
 	// EventTick: a schedule's tick came and the schedule was advanced (the
 	// tick's job was pushed ahead of it, JobID); Count is how many ticks
@@ -102,8 +103,8 @@ type Event struct {
 	Existed  bool // EventPushed
 	// Unclaimed is EventReserveCall's: the call came only for ready
 	// signals that another call's reply said were left, and found that
-	// other processes had taken them. It read nothing more: it cost Redis
-	// a few commands, not a look at the list.
+	// other processes had taken them. It read only the list's length: it
+	// cost Redis a few commands, not a look at the list.
 	Unclaimed bool
 	// Lateness is, for EventReserved, the start of the reservation less
 	// the job's due time, both on the Redis server's clock; -1 when the due

@@ -33,7 +33,8 @@ const (
 	reserveStale  reserveStatus = 2 // it dropped staleSkips stale IDs; the list may hold more
 	reservePaused reserveStatus = 3 // the topic is paused; the signals held were put back
 	// a call that came only to claim signals (reserveClaim) found none:
-	// other processes took them first
+	// other processes took them first. It says reserveNoSignal or
+	// reserveDry as a look would, from the list's length alone.
 	reserveUnclaimed reserveStatus = 4
 )
 
@@ -48,7 +49,7 @@ const (
 	// consumer that will not wait.
 	reserveGreedy reserveMode = 1
 	// reserveClaim comes for signals another call's reply said were left:
-	// holding none and finding none, it reads nothing more.
+	// holding none and finding none, it reads only the list's length.
 	reserveClaim reserveMode = 2
 )
 

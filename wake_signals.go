@@ -63,7 +63,7 @@ type topicWait struct {
 	// per bucket: since when every reply said jobs were left without a
 	// signal (zero: the last said the list ran dry)
 	bare   []time.Time
-	said   []uint64 // per bucket: how many reserve calls' replies said what is left
+	said   []uint64 // per bucket: how many replies were settled (one per consumer a call served)
 	paused bool     // a reserve call found the topic paused; until a resume
 }
 
@@ -230,8 +230,9 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 
 // outdated reports whether look l of a consumer of topic, which holds no
 // signal, has lost its reason since it was planned: a reply that came
-// since said the bucket has no signal left that no other consumer of this
-// process is going for, and no job left without one. A consumer sends its
+// since left the bucket with no signal that no other consumer of this
+// process is going for, and no reply since the list last ran dry said
+// jobs are left without a signal. A consumer sends its
 // looks one after another, and consumers that start together plan a look
 // at every bucket whose signals are not known yet: the first replies tell
 // the rest where nothing waits.

@@ -237,8 +237,12 @@ func TestALookIsNotSentWhereAReplySinceSaidNothingWaits(t *testing.T) {
 	claims := w.plan("t", 2, 0, false)
 	require.Equal(t, look{b: 0, n: 2, claim: true, said: 2}, claims[0])
 	assert.False(t, w.outdated("t", claims[0]), "no reply since: the signals are this look's")
-	w.settle("t", 0, 0, reserveUnclaimed)
-	assert.True(t, w.outdated("t", claims[0]), "another consumer's call took them")
+	w.settle("t", 0, reserveDry, reserveUnclaimed)
+	assert.True(t, w.outdated("t", claims[0]), "another process took them, and the list ran dry")
+	w.settle("t", 0, 1, reserveFilled)
+	claims = w.plan("t", 1, 0, false)
+	w.settle("t", 0, reserveNoSignal, reserveUnclaimed)
+	assert.False(t, w.outdated("t", claims[0]), "jobs are left without a signal: one may have been lost")
 	assert.False(t, w.outdated("t", look{b: 0, n: 1, held: 1}), "a look with a signal is sent")
 }
 
@@ -581,16 +585,17 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 }
 
 // A call that comes only to claim signals a reply said were left, and
-// finds them taken, reads nothing more: not even a job that waited over a
-// second without a signal, which a look takes (it says nothing of the
-// list, so no look for a lost signal is planned on its word). With
-// signals left, it takes as a look does; and sent again after a lost
-// reply, it answers from its record.
+// finds them taken, reads nothing more of the list than its length: it
+// takes not even a job that waited over a second without a signal, which
+// a look takes, and says that jobs are left without a signal, so that a
+// look for a lost signal comes; or that the list is dry. With signals
+// left, it takes as a look does; and sent again after a lost reply that
+// found the signals it took gone, it answers from its record.
 func TestAClaimThatFindsTheSignalsTakenReadsNothingMore(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(1))
-		bk := q.keys.bucket(0)
+		sig := q.keys.bucket(0).signals("t")
 		// Other processes took every signal, and the jobs have waited
 		// for a minute since.
 		ids := jobsWithoutSignals(t, be, q, 3)
@@ -600,7 +605,7 @@ func TestAClaimThatFindsTheSignalsTakenReadsNothingMore(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, c.jobs)
 		assert.Equal(t, reserveUnclaimed, c.status)
-		assert.Equal(t, 0, c.left)
+		assert.Equal(t, reserveNoSignal, c.left, "jobs are left without a signal")
 		counts, err := q.Counts(ctx, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 3, counts.Ready, "nothing taken")
@@ -609,25 +614,58 @@ func TestAClaimThatFindsTheSignalsTakenReadsNothingMore(t *testing.T) {
 		require.Len(t, c.jobs, 1, "a look takes the stranded job")
 		assert.Equal(t, ids[0], c.jobs[0].ID)
 
-		// Two signals come back: a claim takes them, as a look does.
-		require.NoError(t, be.client.RPush(ctx, bk.signals("t"), "1", "1").Err())
+		// Two signals are left: a claim takes them, as a look does.
+		require.NoError(t, be.client.Del(ctx, sig).Err())
+		require.NoError(t, be.client.RPush(ctx, sig, "1", "1").Err())
 		call := q.reserveCall(0, "t", 2, 0, reserveClaim, nil)
 		var got [2][]*Job
+		var left [2]int
 		for i := range 2 { // the second run: its first's reply was lost
 			q.sendCalls(ctx, []*scriptCall{call})
-			got[i], _, _, err = q.reserved(ctx, 0, "t", call)
+			got[i], _, left[i], err = q.reserved(ctx, 0, "t", call)
 			require.NoError(t, err)
 		}
 		q.answered([]*scriptCall{call})
 		require.Len(t, got[0], 2)
 		assert.Equal(t, []string{ids[1], ids[2]}, []string{got[0][0].ID, got[0][1].ID})
-		require.Len(t, got[1], 2, "the second run answers from the record")
+		assert.Equal(t, reserveDry, left[0])
+		require.Len(t, got[1], 2, "the second run, which finds no signal, answers from the record")
 		assert.Equal(t, got[0][0].ID, got[1][0].ID)
 		assert.Equal(t, got[0][1].ID, got[1][1].ID)
 		counts, err = q.Counts(ctx, "t")
 		require.NoError(t, err)
 		assert.Equal(t, 0, counts.Ready)
 		assert.Equal(t, 3, counts.Reserved)
+
+		c, err = q.reserve(ctx, 0, "t", 2, 0, reserveClaim)
+		require.NoError(t, err)
+		assert.Equal(t, reserveUnclaimed, c.status)
+		assert.Equal(t, reserveDry, c.left, "the list holds nothing")
+	})
+}
+
+// A reserve call sent again after a lost reply answers from its record
+// when the topic was paused in between: the jobs its first run reserved
+// go to the caller, not back after their TTR.
+func TestAReserveSentAgainAfterAPauseAnswersFromItsRecord(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		id := pushed(t, q, &Job{Topic: "t"})
+		call := q.reserveCall(0, "t", 1, 0, reserveGreedy, nil)
+		q.sendCalls(ctx, []*scriptCall{call})
+		first, _, _, err := q.reserved(ctx, 0, "t", call)
+		require.NoError(t, err)
+		require.Len(t, first, 1)
+		require.NoError(t, q.Pause(ctx, "t"))
+
+		q.sendCalls(ctx, []*scriptCall{call}) // its first reply was lost
+		again, _, _, err := q.reserved(ctx, 0, "t", call)
+		require.NoError(t, err)
+		q.answered([]*scriptCall{call})
+		require.Len(t, again, 1, "the second run answers from the record")
+		assert.Equal(t, id, again[0].ID)
+		assert.Equal(t, first[0].reservation, again[0].reservation)
 	})
 }
 

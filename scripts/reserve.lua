@@ -14,7 +14,7 @@
 -- take as many jobs as asked whatever the signals (a consumer that will
 -- not wait), claiming those it can; "2" for a call that comes only to
 -- claim signals another call's reply said were left: when it holds none
--- and finds none, it reads nothing more  ARGV[9] the call's name, new for
+-- and finds none, it reads only the list's length  ARGV[9] the call's name, new for
 -- every call and the same when it is sent again  ARGV[10] how many jobs
 -- of the bucket the call finishes first, F  ARGV[11..10+2F] those jobs, as
 -- finish.lua takes them: pairs of a job ID and a reservation (a consumer's
@@ -30,7 +30,8 @@
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
 -- 3 when the topic is paused (the caller's signals are put back), 4 when
--- a call that came only to claim signals found none (ARGV[8]); and last
+-- a call that came only to claim signals found none (ARGV[8]; it says -1
+-- or -2 as a look would, from the list's length alone); and last
 -- the finishes' answers, as finish.lua gives them.
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
@@ -149,30 +150,35 @@ local function replay(rec)
   return out
 end
 
+if redis.call('SISMEMBER', paused, topic) == 1 then
+  -- A second run answers from the record: its first may have reserved
+  -- jobs before the topic was paused.
+  local rec = redis.call('GET', record)
+  if ours(rec) then
+    return answer(replay(rec))
+  end
+  remember(RESERVE_PAUSED)
+  if held > 0 then
+    signal_list(signals, held)
+  end
+  return answer({RESERVE_PAUSED, redis.call('LLEN', signals)})
+end
+
 -- A call that came for signals another call's reply said were left, and
--- finds that other processes took them, reads nothing more: it costs a
--- few commands, not a look at the list.
+-- finds that other processes took them, reads nothing more of the list
+-- than whether it holds entries: their signals were taken, or lost with a
+-- process that died holding them, and the caller looks for a lost signal
+-- as after a look that found none. It costs a few commands, not a look.
 if mode == RESERVE_CLAIM and held == 0 and redis.call('LLEN', signals) == 0 then
   local rec = redis.call('GET', record)
   if ours(rec) then
     return answer(replay(rec))
   end
   remember(RESERVE_UNCLAIMED)
-  return answer({RESERVE_UNCLAIMED, 0})
-end
-
-if redis.call('SISMEMBER', paused, topic) == 1 then
-  if finish_answers then
-    local rec = redis.call('GET', record)
-    if ours(rec) then
-      return answer(replay(rec))
-    end
-    remember(RESERVE_PAUSED)
+  if redis.call('LLEN', ready) > 0 then
+    return answer({RESERVE_UNCLAIMED, RESERVE_NO_SIGNAL})
   end
-  if held > 0 then
-    signal_list(signals, held)
-  end
-  return answer({RESERVE_PAUSED, redis.call('LLEN', signals)})
+  return answer({RESERVE_UNCLAIMED, RESERVE_DRY})
 end
 
 local now = now_us()
