@@ -169,7 +169,8 @@ end
 -- than whether it holds entries: their signals were taken, or lost with a
 -- process that died holding them, and the caller looks for a lost signal
 -- as after a look that found none. It costs a few commands, not a look.
-if mode == RESERVE_CLAIM and held == 0 and redis.call('LLEN', signals) == 0 then
+local left = redis.call('LLEN', signals) -- the signals the list holds
+if mode == RESERVE_CLAIM and held == 0 and left == 0 then
   local rec = redis.call('GET', record)
   if ours(rec) then
     return answer(replay(rec))
@@ -190,7 +191,6 @@ local counts = KEYS[6]
 local count_fields = {'0:' .. topic, READY .. ':' .. topic, RESERVED .. ':' .. topic}
 local cur = redis.call('HMGET', counts, unpack(count_fields))
 local head = tonumber(cur[1] or '0')
-local left = redis.call('LLEN', signals)
 
 -- trimmed records n entries trimmed from the head of the list, which
 -- still holds entries when more is true, and n_ready jobs reserved: the
