@@ -114,13 +114,6 @@ local function record_of(status, reservation, found)
   return name .. '\n' .. answers .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
 end
 
--- remember records a call that reserved nothing, if it carries finishes.
-local function remember(status)
-  if finish_answers then
-    redis.call('SET', record, record_of(status, 0, {}), 'PX', keep)
-  end
-end
-
 -- replay answers a second run from the record (record_of): the finishes'
 -- answers and the jobs the first run reserved, those still reserved under
 -- its reservations.
@@ -150,14 +143,27 @@ local function replay(rec)
   return out
 end
 
-if redis.call('SISMEMBER', paused, topic) == 1 then
-  -- A second run answers from the record: its first may have reserved
-  -- jobs before the topic was paused.
+-- again reads the record for a call that reserves nothing, ending as
+-- status: a second run of the call returns its first run's reply from it
+-- (replay); a first records how it ended, if it carries finishes, and
+-- returns nil.
+local function again(status)
   local rec = redis.call('GET', record)
   if ours(rec) then
     return answer(replay(rec))
   end
-  remember(RESERVE_PAUSED)
+  if finish_answers then
+    redis.call('SET', record, record_of(status, 0, {}), 'PX', keep)
+  end
+end
+
+if redis.call('SISMEMBER', paused, topic) == 1 then
+  -- A second run answers from the record: its first may have reserved
+  -- jobs before the topic was paused.
+  local reply = again(RESERVE_PAUSED)
+  if reply then
+    return reply
+  end
   if held > 0 then
     signal_list(signals, held)
   end
@@ -171,11 +177,10 @@ end
 -- as after a look that found none. It costs a few commands, not a look.
 local left = redis.call('LLEN', signals) -- the signals the list holds
 if mode == RESERVE_CLAIM and held == 0 and left == 0 then
-  local rec = redis.call('GET', record)
-  if ours(rec) then
-    return answer(replay(rec))
+  local reply = again(RESERVE_UNCLAIMED)
+  if reply then
+    return reply
   end
-  remember(RESERVE_UNCLAIMED)
   if redis.call('LLEN', ready) > 0 then
     return answer({RESERVE_UNCLAIMED, RESERVE_NO_SIGNAL})
   end
@@ -307,11 +312,10 @@ if status == RESERVE_FILLED and #found < asked then
 end
 if #found == 0 then
   -- An empty list may be the work of this call's first run.
-  local rec = redis.call('GET', record)
-  if ours(rec) then
-    return answer(replay(rec))
+  local reply = again(status)
+  if reply then
+    return reply
   end
-  remember(status)
   if taken > 0 then
     redis.call('LTRIM', ready, taken, -1)
     trimmed(taken, beyond, 0)
