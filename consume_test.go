@@ -405,7 +405,9 @@ func TestConsumeBacksOffOnlyForErrorsInARow(t *testing.T) {
 // The finishes of jobs whose handlers end together go in one script call:
 // held for company until as many finishes wait as Consume has slots, or
 // until a finish in a hurry takes them along. Without the wait, the first
-// handler's finish goes alone and the rest after it.
+// handler's finish goes alone and the rest after it. (With no slot to
+// spare, the first slot freed reserves again at once, and that reserve
+// call may take the finishes waiting along: then no finish call goes.)
 func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		for _, spare := range []int{0, 1} { // slots beyond the jobs
@@ -438,7 +440,11 @@ func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
 				assert.ErrorIs(t, q.Finish(ctx, other), ErrNotReserved, "a finish in a hurry")
 			}
 			awaitGone(t, q, ids...)
-			assert.EqualValues(t, 1, finishes.n.Load(), "one call for all, spare slots %d", spare)
+			if spare > 0 {
+				assert.EqualValues(t, 1, finishes.n.Load(), "one call for all, spare slots %d", spare)
+			} else {
+				assert.LessOrEqual(t, finishes.n.Load(), int64(1), "one call for all, or none beside the reserve calls")
+			}
 			stop()
 		}
 	})
