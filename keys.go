@@ -32,6 +32,7 @@ import (
 //	dq:{name:b}:standby        STRING  the token of the bucket handler that stands by to take the bucket over
 //	dq:{name:b}:paused         SET   paused topics (every bucket holds the same)
 //	dq:{name:b}:poke:<token>   LIST  a process's own key, pushed to wake its blocked pop (a moment only)
+//	dq:{name:b}:lost:<topic>   STRING  set for a second by a look for a lost ready signal of topic, so that one process a second looks (reserve.lua)
 //	dq:{name:b}:schedules      HASH  schedule name -> its definition (schedule.go), for the schedules whose name falls in the bucket
 //	dq:{name:b}:ticks          ZSET  schedule name scored by its next tick (ms), whose job is pushed already; none while paused
 //	dq:{name:b}:lastticks      HASH  schedule name -> its latest tick that came (ms)
@@ -66,7 +67,7 @@ type keyspace struct {
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
-	sigPrefix, standby, paused, pokePrefix                                                      string
+	sigPrefix, standby, paused, pokePrefix, lostPrefix                                          string
 	schedules, ticks, lastTicks, watched                                                        string
 	wake                                                                                        string // channel
 }
@@ -90,6 +91,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			standby:      prefix + "standby",
 			paused:       prefix + "paused",
 			pokePrefix:   prefix + "poke:",
+			lostPrefix:   prefix + "lost:",
 			schedules:    prefix + "schedules",
 			ticks:        prefix + "ticks",
 			lastTicks:    prefix + "lastticks",
@@ -175,6 +177,10 @@ func (ks keyspace) control() string { return "dq:{" + ks.name + "}:ev:control" }
 
 // signals is the list of ready signals of topic in this bucket.
 func (bk bucketKeys) signals(topic string) string { return bk.sigPrefix + topic }
+
+// lost is the key that a look for a lost signal of topic in this bucket
+// sets, so that one process a second looks.
+func (bk bucketKeys) lost(topic string) string { return bk.lostPrefix + topic }
 
 // poke is the key that wakes the blocked pop of the process whose token is
 // token.

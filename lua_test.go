@@ -113,7 +113,7 @@ func TestScriptRepliesAreGos(t *testing.T) {
 		"reserve.lua": {"RESERVE_RAN_OUT": int64(reserveRanOut), "RESERVE_FILLED": int64(reserveFilled),
 			"RESERVE_STALE": int64(reserveStale), "RESERVE_PAUSED": int64(reservePaused), "RESERVE_NO_SIGNAL": reserveNoSignal,
 			"RESERVE_DRY": reserveDry, "RESERVE_UNCLAIMED": int64(reserveUnclaimed),
-			"RESERVE_GREEDY": int64(reserveGreedy), "RESERVE_CLAIM": int64(reserveClaim)},
+			"RESERVE_GREEDY": int64(reserveGreedy), "RESERVE_CLAIM": int64(reserveClaim), "RESERVE_LOST": int64(reserveLost)},
 		"lib/finish.lua": {"FINISH_DONE": finishDone, "FINISH_NO_JOB": finishNoJob,
 			"FINISH_NOT_RESERVED": finishNotReserved, "FINISH_LOST": finishLost},
 		"lib/held.lua":   {"HELD_NO_JOB": heldNoJob, "HELD_LOST": heldLost},

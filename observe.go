@@ -103,8 +103,10 @@ type Event struct {
 	Existed  bool // EventPushed
 	// Unclaimed is EventReserveCall's: the call came only for ready
 	// signals that another call's reply said were left, and found that
-	// other processes had taken them. It read only the list's length: it
-	// cost Redis a few commands, not a look at the list.
+	// other processes had taken them; or it came to look for a job whose
+	// signal was lost, and found that another process had looked in the
+	// last second. It read only the list's length: it cost Redis a few
+	// commands, not a look at the list.
 	Unclaimed bool
 	// Lateness is, for EventReserved, the start of the reservation less
 	// the job's due time, both on the Redis server's clock; -1 when the due

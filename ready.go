@@ -73,13 +73,12 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 	calls := make([]*scriptCall, len(groups))
 	rides := make([][]*batch.Request[*finishCall], len(groups))
 	for i, g := range groups {
-		// A call comes only to claim signals when all its requests do.
+		// A call comes only to claim signals when all its requests do,
+		// and only for a lost signal when none of them comes to look.
 		held, mode := 0, reserveClaim
 		for _, r := range g.Reqs {
 			held += r.In.held
-			if r.In.mode != reserveClaim {
-				mode = r.In.mode
-			}
+			mode = mode.with(r.In.mode)
 		}
 		// The finishes of the bucket that wait to be sent go with the
 		// call, rather than in one of their own.
@@ -127,7 +126,7 @@ func (q *DelayQueue) reserveCall(b int, topic string, n, held int, mode reserveM
 	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, int(mode), q.callName(), len(finishes)/2)
 	return &scriptCall{script: scriptReserve,
 		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
-			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup},
+			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup, bk.lost(topic)},
 		args:   append(args, finishes...),
 		record: slot, recorded: true, finishes: len(finishes) / 2}
 }
@@ -337,6 +336,8 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				mode = reserveGreedy
 			case l.claim:
 				mode = reserveClaim
+			case l.lost:
+				mode = reserveLost
 			}
 			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, mode)
 			if err != nil {
@@ -350,6 +351,9 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			}
 			if err == nil {
 				w.settle(topic, l.b, c.left, c.status)
+				if l.lost && c.status == reserveUnclaimed {
+					w.othersLooked(topic, l.b)
+				}
 				q.observeReserved(ctx, c.jobs)
 				got = append(got, c.jobs...)
 				again = again || c.status == reserveStale

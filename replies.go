@@ -51,7 +51,29 @@ const (
 	// reserveClaim comes for signals another call's reply said were left:
 	// holding none and finding none, it reads only the list's length.
 	reserveClaim reserveMode = 2
+	// reserveLost looks for a job whose signal was lost: holding none and
+	// finding none, it looks only if no other call did in the last
+	// second, and otherwise reads only the list's length.
+	reserveLost reserveMode = 3
 )
+
+// with is the mode of a call that goes for requests of modes m and o
+// together: it looks if one of them would, whatever the others came for.
+func (m reserveMode) with(o reserveMode) reserveMode {
+	rank := func(m reserveMode) int {
+		switch m {
+		case reserveClaim:
+			return 0
+		case reserveLost:
+			return 1
+		}
+		return 2
+	}
+	if rank(o) > rank(m) {
+		return o
+	}
+	return m
+}
 
 // reserveNoSignal stands in reserve.lua's reply for the signals left when
 // none is, and the list still holds jobs (their signals are on their way,

@@ -36,6 +36,13 @@ const noSignal = -1
 // come for it until a blocked call's wait ended (blockFor).
 const strandedAfter = 1100 * time.Millisecond
 
+// othersLook is how long a process whose look for a lost signal found that
+// another process had looked (reserve.lua's lost-signal key) leaves the
+// looks there to others: under load every process's replies say jobs are
+// left without a signal, and the looks of all but one would read the
+// list's length each strandedAfter for nothing.
+const othersLook = 4 * strandedAfter
+
 // waits is a process's consumers waiting for ready jobs, and its blocked
 // calls.
 type waits struct {
@@ -56,10 +63,12 @@ type waits struct {
 
 // topicWait is what the consumers of one topic in this process wait for.
 type topicWait struct {
-	waiters []*waiter // oldest first
-	avail   []int     // per bucket: signals left, as the last reserve call said; unknown at first
-	held    []int     // per bucket: signals taken while no consumer waited
-	recheck []bool    // per bucket: a look after strandedAfter is due
+	waiters []*waiter   // oldest first
+	avail   []int       // per bucket: signals left, as the last reserve call said; unknown at first
+	held    []int       // per bucket: signals taken while no consumer waited
+	recheck []bool      // per bucket: a look after strandedAfter is due
+	lost    []bool      // per bucket: the next look there is one for a lost signal (reserveLost)
+	quiet   []time.Time // per bucket: until when other processes look there for lost signals
 	// per bucket: since when every reply said jobs were left without a
 	// signal (zero: the last said the list ran dry)
 	bare   []time.Time
@@ -152,7 +161,7 @@ func (w *waits) topicLocked(topic string) *topicWait {
 	tw := w.topics[topic]
 	if tw == nil {
 		n := w.q.opts.buckets
-		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), bare: make([]time.Time, n), said: make([]uint64, n)}
+		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), lost: make([]bool, n), quiet: make([]time.Time, n), bare: make([]time.Time, n), said: make([]uint64, n)}
 		for b := range tw.avail {
 			tw.avail[b] = unknown
 		}
@@ -163,12 +172,13 @@ func (w *waits) topicLocked(topic string) *topicWait {
 
 // look is one reserve call a consumer makes: n jobs at most from bucket b,
 // with held signals of its own; claim when it comes, holding none, only
-// for signals a reply said were left (reserveClaim). said is the bucket's
-// count of replies when the look was planned.
+// for signals a reply said were left (reserveClaim); lost when it comes
+// for a lost signal (reserveLost). said is the bucket's count of replies
+// when the look was planned.
 type look struct {
-	b, n, held int
-	claim      bool
-	said       uint64
+	b, n, held  int
+	claim, lost bool
+	said        uint64
 }
 
 // plan lists the reserve calls a consumer of topic that wants n jobs makes
@@ -222,7 +232,8 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 		if j := slices.IndexFunc(looks, func(l look) bool { return l.b == b }); j >= 0 {
 			looks[j].n += k
 		} else {
-			looks = append(looks, look{b: b, n: k, claim: a > 0, said: tw.said[b]})
+			looks = append(looks, look{b: b, n: k, claim: a > 0, lost: a < 0 && tw.lost[b], said: tw.said[b]})
+			tw.lost[b] = false
 		}
 	}
 	return looks
@@ -268,6 +279,7 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
 	tw.said[b]++
+	tw.lost[b] = false
 	unsignalled := left == reserveNoSignal
 	switch {
 	case unsignalled && tw.bare[b].IsZero():
@@ -375,8 +387,12 @@ func (w *waits) lookStranded(topic string, b int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
-	if bare := time.Since(tw.bare[b]); !tw.bare[b].IsZero() && bare < strandedAfter && w.ctx.Err() == nil {
-		time.AfterFunc(strandedAfter-bare, func() { w.lookStranded(topic, b) })
+	wait := time.Until(tw.quiet[b])
+	if bare := time.Since(tw.bare[b]); !tw.bare[b].IsZero() && bare < strandedAfter {
+		wait = max(wait, strandedAfter-bare)
+	}
+	if wait > 0 && w.ctx.Err() == nil {
+		time.AfterFunc(wait, func() { w.lookStranded(topic, b) })
 		return
 	}
 	tw.recheck[b] = false
@@ -384,12 +400,22 @@ func (w *waits) lookStranded(topic string, b int) {
 		return
 	}
 	tw.avail[b] = unknown // no consumer waiting: the next to look looks there (plan)
+	tw.lost[b] = true
 	if len(tw.waiters) == 0 {
 		return
 	}
 	wt := tw.waiters[0]
 	tw.waiters = tw.waiters[1:]
 	wt.wake <- wakeUp{b: noSignal}
+}
+
+// othersLooked records that a look of topic for a lost signal at bucket b
+// found that another process had looked in the last second: this
+// process's next look there comes othersLook later.
+func (w *waits) othersLooked(topic string, b int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.topicLocked(topic).quiet[b] = time.Now().Add(othersLook)
 }
 
 // resume marks topic resumed: its consumers look again, and the blocked
@@ -404,6 +430,7 @@ func (w *waits) resume(topic string) {
 	tw.paused = false
 	for b := range tw.avail {
 		tw.avail[b] = unknown
+		tw.lost[b] = false
 	}
 	waiters := tw.waiters
 	tw.waiters = nil

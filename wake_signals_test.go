@@ -73,10 +73,13 @@ func allBlockedFor(qs []*DelayQueue, topic string) func() bool {
 }
 
 // reserveCounter counts the reserve calls a client sends, those that found
-// no job and those that reserved one, and the finishes they carried.
+// no job and those that reserved one, and the finishes they carried; and
+// the looks for a lost signal, and of those the ones that looked at the
+// list.
 type reserveCounter struct {
 	calls, empty, found atomic.Int64 // found: calls that reserved a job
 	rode                atomic.Int64 // finishes carried (reserve.lua's ARGV[10])
+	lost, lostLooked    atomic.Int64 // reserveLost calls; those not answered reserveUnclaimed
 }
 
 func (r *reserveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -113,14 +116,21 @@ func (r *reserveCounter) count(cmd redis.Cmder) {
 		return
 	}
 	r.calls.Add(1)
+	reply, _ := c.Val().([]any)
 	if args := c.Args(); len(args) > 2 {
 		if keys, err := strconv.Atoi(fmt.Sprint(args[2])); err == nil && len(args) > 3+keys+9 {
 			if f, err := strconv.Atoi(fmt.Sprint(args[3+keys+9])); err == nil {
 				r.rode.Add(int64(f))
 			}
+			if fmt.Sprint(args[3+keys+7]) == strconv.Itoa(int(reserveLost)) {
+				r.lost.Add(1)
+				if len(reply) > 0 && reply[0] != int64(reserveUnclaimed) {
+					r.lostLooked.Add(1)
+				}
+			}
 		}
 	}
-	if reply, _ := c.Val().([]any); len(reply) <= 2 {
+	if len(reply) <= 2 {
 		r.empty.Add(1)
 	} else {
 		r.found.Add(1)
@@ -483,7 +493,131 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 	w.mu.Unlock()
 	w.lookStranded("t", 0)
 	looks := w.plan("t", 1, 0, false)
-	assert.Equal(t, []look{{b: 0, n: 1, said: 5}}, looks, "the next consumer looks at the list, after 5 replies")
+	assert.Equal(t, []look{{b: 0, n: 1, lost: true, said: 5}}, looks, "the next consumer looks at the list for a lost signal, after 5 replies")
+}
+
+// A job left without a signal, ready for under a second, is not yet taken
+// by a look (its signal may be on its way): every process whose reply said
+// so looks again a second later, and goes on looking each second while it
+// waits. One process a second looks at the list; the others' calls read
+// only its length. Without this, each process's look cost a look at the
+// list, and their cost grew with the processes.
+func TestALostSignalIsLookedForByOneProcessASecondNotEach(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const processes = 8
+		name := uniqueName(t)
+		producer := newQueue(t, be.client, WithName(name), WithBuckets(1))
+		ids := jobsWithoutSignals(t, be, producer, 1)
+		readySince(t, be, producer, time.Now().Add(time.Minute), ids...) // fresh, however slow the machine
+		counter := &reserveCounter{}
+		var wg sync.WaitGroup
+		for range processes {
+			c := anotherClient(t, be.client)
+			c.AddHook(counter)
+			q := newQueue(t, c, WithName(name), WithBuckets(1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := q.Pop(ctx, "t", time.Minute)
+				assert.ErrorIs(t, err, context.Canceled)
+			}()
+		}
+		require.Eventually(t, func() bool { return counter.lost.Load() >= processes }, 30*time.Second, time.Millisecond,
+			"each process looks for the lost signal")
+		cancel()
+		wg.Wait()
+		lost, looked := counter.lost.Load(), counter.lostLooked.Load()
+		assert.GreaterOrEqual(t, looked, int64(1), "a process looks")
+		assert.LessOrEqual(t, looked, lost/processes+1, "of %d looks for a lost signal, one a second looks at the list", lost)
+	})
+}
+
+// A look for a lost signal that holds none and finds none looks at the
+// list only when no other call did in the last second, and otherwise
+// reads its length and says that jobs are left without a signal, as a
+// claim that finds the signals taken does. Finding signals left, it takes
+// as a look does, whoever looked.
+func TestALookForALostSignalLooksOnlyWhereNoneDidInTheLastSecond(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		lost := q.keys.bucket(0).lost("t")
+		ids := jobsWithoutSignals(t, be, q, 2)
+		readySince(t, be, q, time.Now().Add(-time.Minute), ids...)
+		require.NoError(t, be.client.Set(ctx, lost, "1", time.Minute).Err()) // another process looked
+
+		c, err := q.reserve(ctx, 0, "t", 1, 0, reserveLost)
+		require.NoError(t, err)
+		assert.Empty(t, c.jobs, "another process looked")
+		assert.Equal(t, reserveUnclaimed, c.status)
+		assert.Equal(t, reserveNoSignal, c.left)
+
+		require.NoError(t, be.client.Del(ctx, lost).Err()) // its second is over
+		c, err = q.reserve(ctx, 0, "t", 1, 0, reserveLost)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1, "the look takes the job that waited a second with no signal")
+		assert.Equal(t, ids[0], c.jobs[0].ID)
+		assert.Equal(t, 1, c.left, "and signals the one behind it")
+		ttl, err := be.client.PTTL(ctx, lost).Result()
+		require.NoError(t, err)
+		assert.True(t, ttl > 0 && ttl <= time.Second, "the look holds off the others for a second, not %v", ttl)
+
+		c, err = q.reserve(ctx, 0, "t", 1, 0, reserveLost)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1, "a signal is left: the call takes it, as a look does")
+		assert.Equal(t, ids[1], c.jobs[0].ID)
+	})
+}
+
+// A process whose look for a lost signal found that another process had
+// looked leaves the looks there to others for a while: its next comes
+// othersLook later, not strandedAfter.
+func TestAProcessThatFoundAnotherLookingLooksLessOften(t *testing.T) {
+	q := newQueue(t, miniredisClient(t), WithBuckets(1))
+	w := idleWaits(t, q)
+	wt := &waiter{wake: make(chan wakeUp, 1), want: 1}
+	tw := w.topicLocked("t")
+	tw.waiters = []*waiter{wt}
+	w.settle("t", 0, reserveNoSignal, reserveUnclaimed)
+	w.othersLooked("t", 0)
+	w.mu.Lock()
+	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
+	w.mu.Unlock()
+	w.lookStranded("t", 0)
+	select {
+	case <-wt.wake:
+		t.Fatal("a look while another process looks")
+	default:
+	}
+	w.mu.Lock()
+	assert.True(t, tw.recheck[0], "the look is put off, not dropped")
+	tw.quiet[0] = time.Now().Add(-time.Millisecond)
+	w.mu.Unlock()
+	w.lookStranded("t", 0)
+	select {
+	case u := <-wt.wake:
+		assert.Equal(t, noSignal, u.b)
+	default:
+		t.Fatal("no look once the others' while is over")
+	}
+	assert.Equal(t, []look{{b: 0, n: 1, lost: true, said: 1}}, w.plan("t", 1, 0, false))
+}
+
+// Requests that go to one list together make one call, which looks at
+// the list if one of them would.
+func TestACallForSeveralRequestsLooksIfOneWould(t *testing.T) {
+	for _, c := range []struct{ m, o, want reserveMode }{
+		{reserveClaim, reserveClaim, reserveClaim},
+		{reserveClaim, reserveLost, reserveLost},
+		{reserveLost, reserveClaim, reserveLost},
+		{reserveLost, reserveSignalled, reserveSignalled},
+		{reserveSignalled, reserveClaim, reserveSignalled},
+		{reserveGreedy, reserveGreedy, reserveGreedy},
+	} {
+		assert.Equal(t, c.want, c.m.with(c.o), "%v with %v", c.m, c.o)
+	}
 }
 
 // Consumers that plan together go first where the most signals are left,

@@ -158,7 +158,7 @@ func New(opts Options) *Metrics {
 	m.limitWaits = counter("delayqueue_limit_waits_total", "Waits of a consumer at its topic's limits (SetLimits).")
 	m.dead = counter("delayqueue_jobs_dead_total", "Jobs sent to the dead letters.")
 	m.reserveCalls = counter("delayqueue_reserve_calls_total",
-		`Reserve calls this process made; found="false" when one looked and reserved nothing (work for nothing), "taken" when one came only to claim signals and found other processes had taken them (a few commands).`, "found")
+		`Reserve calls this process made; found="false" when one looked and reserved nothing (work for nothing), "taken" when one came only to claim signals and found other processes had taken them, or to look for a lost signal and found another process had looked in the last second (a few commands).`, "found")
 	m.ticks = counter("delayqueue_schedule_ticks_total", "Ticks of schedules that came and were fired, by their job's topic.")
 	m.missed = counter("delayqueue_schedule_ticks_missed_total",
 		"Ticks of schedules skipped because no started process reached Redis at their time.")

@@ -6,7 +6,7 @@
 -- KEYS[5] the record of this call (a key of the caller's, which no other
 -- call of the caller's uses while this one may still run)  KEYS[6] counts
 -- hash  KEYS[7] the topic's ready signals  KEYS[8] paused topics of the bucket
--- KEYS[9] dedup zset
+-- KEYS[9] dedup zset  KEYS[10] the topic's lost-signal look of the bucket
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
 -- ARGV[6] how long the record lives, ms  ARGV[7] how many signals the
@@ -14,7 +14,10 @@
 -- take as many jobs as asked whatever the signals (a consumer that will
 -- not wait), claiming those it can; "2" for a call that comes only to
 -- claim signals another call's reply said were left: when it holds none
--- and finds none, it reads only the list's length  ARGV[9] the call's name, new for
+-- and finds none, it reads only the list's length; "3" for a look for a
+-- lost signal: when it holds none and finds none, it looks only if no
+-- other call did in the last second (KEYS[10]), and otherwise reads only
+-- the list's length  ARGV[9] the call's name, new for
 -- every call and the same when it is sent again  ARGV[10] how many jobs
 -- of the bucket the call finishes first, F  ARGV[11..10+2F] those jobs, as
 -- finish.lua takes them: pairs of a job ID and a reservation (a consumer's
@@ -30,8 +33,9 @@
 -- many as asked were reserved, 0 when the list or the signals ran out, 2
 -- when the stale IDs dropped reached the limit and the list may hold more,
 -- 3 when the topic is paused (the caller's signals are put back), 4 when
--- a call that came only to claim signals found none (ARGV[8]; it says -1
--- or -2 as a look would, from the list's length alone); and last
+-- a call that came only to claim signals found none, or a look for a lost
+-- signal found that another call looked in the last second (ARGV[8]; it
+-- says -1 or -2 as a look would, from the list's length alone); and last
 -- the finishes' answers, as finish.lua gives them.
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
@@ -86,6 +90,7 @@ local RESERVE_UNCLAIMED = 4 -- a call that came only to claim signals found none
 -- signals; or only the signals it comes to claim.
 local RESERVE_GREEDY = 1
 local RESERVE_CLAIM = 2
+local RESERVE_LOST = 3
 local mode = tonumber(ARGV[8])
 -- In place of the signals left: none, and the list still holds jobs.
 local RESERVE_NO_SIGNAL = -1
@@ -175,8 +180,13 @@ end
 -- than whether it holds entries: their signals were taken, or lost with a
 -- process that died holding them, and the caller looks for a lost signal
 -- as after a look that found none. It costs a few commands, not a look.
+-- So does a look for a lost signal, holding none and finding none, when
+-- another call looked in the last second: every process whose replies
+-- said that jobs were left without a signal comes to look, and one a
+-- second is enough (the job it takes has waited a second, as above).
 local left = redis.call('LLEN', signals) -- the signals the list holds
-if mode == RESERVE_CLAIM and held == 0 and left == 0 then
+if held == 0 and left == 0 and (mode == RESERVE_CLAIM or
+    mode == RESERVE_LOST and not redis.call('SET', KEYS[10], '1', 'NX', 'PX', stranded)) then
   local reply = again(RESERVE_UNCLAIMED)
   if reply then
     return reply

@@ -328,8 +328,9 @@ type queue struct {
 }
 
 // reserveCalls counts the reserve calls of the queue, those that found
-// no job, and of those the calls that came only to claim signals and
-// found them taken (delayqueue.EventReserveCall).
+// no job, and of those the calls that came only to claim signals or to
+// look for a lost one and found another process there first
+// (delayqueue.EventReserveCall's Unclaimed).
 type reserveCalls struct{ all, empty, unclaimed atomic.Int64 }
 
 func (r *reserveCalls) Observe(_ context.Context, e delayqueue.Event) {

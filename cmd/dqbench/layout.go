@@ -131,7 +131,7 @@ var throughputFigs = []figureDef{
 	{name: "Redis CPU per job", unit: "µs"},
 	{name: "Redis time in scripts per job", unit: "µs"},
 	{name: "reserve calls that found no job", unit: "%", dqOnly: true},
-	{name: "of all reserve calls, claims that found the signals taken", unit: "%", dqOnly: true},
+	{name: "of all reserve calls, claims and lost-signal looks that found another process there first", unit: "%", dqOnly: true},
 	{name: "reserve calls per job", dqOnly: true},
 }
 

@@ -92,7 +92,7 @@ type childResult struct {
 	Retried   int    `json:"retried,omitempty"`            // Redis errors retried (-endure)
 	Reserves  int    `json:"reserves,omitempty"`           // dq: reserve calls made
 	Empty     int    `json:"empty_reserves,omitempty"`     // dq: reserve calls that found no job
-	Unclaimed int    `json:"unclaimed_reserves,omitempty"` // dq: of those, calls that came only to claim signals and found them taken
+	Unclaimed int    `json:"unclaimed_reserves,omitempty"` // dq: of those, calls that came only to claim signals or look for a lost one, and found another process there first
 	Error     string `json:"error,omitempty"`
 }
 
