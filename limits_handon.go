@@ -76,7 +76,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		for _, r := range l.Reqs {
 			args = append(args, r.In.job.ID, r.In.job.reservation)
 		}
-		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, reserveGreedy, args))
+		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, reserveGreedy, args, 0))
 	}
 	for _, t := range topics {
 		var grants []string

@@ -72,6 +72,9 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
 	rides := make([][]*batch.Request[*finishCall], len(groups))
+	q.mu.Lock()
+	w := q.waits
+	q.mu.Unlock()
 	for i, g := range groups {
 		// A call comes only to claim signals when all its requests do,
 		// and only for a lost signal when none of them comes to look.
@@ -84,7 +87,14 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		// call, rather than in one of their own.
 		b := g.Key.b
 		rides[i] = q.finishes.For(b).Take(maxReserve, func(c *finishCall) bool { return c.b == b })
-		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]))
+		// The signals left go to this process's consumers that wait, in
+		// the same call, rather than to claims that other processes'
+		// blocked pops race.
+		give := 0
+		if w != nil && !g.Key.greedy {
+			give = w.wantedBy(g.Key.topic)
+		}
+		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]), give)
 		if len(rides[i]) > 0 {
 			// The finishes must not end with the popper's wait (a
 			// Consume that stops): the call goes whole, as a batch of
@@ -107,6 +117,9 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 			r.Done()
 		}
 		jobs, status, left, err := q.reserved(ctx, g.Key.b, g.Key.topic, calls[i])
+		if given := reserveGiven(calls[i].cmd); given > 0 && w != nil {
+			w.unused(g.Key.topic, g.Key.b, given)
+		}
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
 			r.In.jobs, jobs = jobs[:n:n], jobs[n:]
@@ -117,17 +130,20 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 
 // reserveCall is reserve.lua's call for up to n jobs of topic from bucket
 // b, with held signals, that first finishes the jobs of finishes (pairs of
-// a job ID and a reservation, as finish.lua takes them). Its record slot
-// is handed back by answered, once the call is answered.
-func (q *DelayQueue) reserveCall(b int, topic string, n, held int, mode reserveMode, finishes []any) *scriptCall {
+// a job ID and a reservation, as finish.lua takes them), and takes up to
+// give of the signals left for other consumers of this process
+// (reserveGiven). Its record slot is handed back by answered, once the
+// call is answered.
+func (q *DelayQueue) reserveCall(b int, topic string, n, held int, mode reserveMode, finishes []any, give int) *scriptCall {
 	bk := q.keys.bucket(b)
 	slot := q.records.take()
-	args := make([]any, 0, 10+len(finishes))
+	args := make([]any, 0, 11+len(finishes))
 	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, int(mode), q.callName(), len(finishes)/2)
+	args = append(args, finishes...)
 	return &scriptCall{script: scriptReserve,
 		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
 			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup, bk.lost(topic)},
-		args:   append(args, finishes...),
+		args:   append(args, give),
 		record: slot, recorded: true, finishes: len(finishes) / 2}
 }
 
@@ -191,16 +207,17 @@ func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, er
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
 	res = res[:len(res)-finishes]
-	if len(res)%3 != 2 {
+	if len(res)%3 != 0 {
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
 	status, ok := res[0].(int64)
 	left, ok2 := res[1].(int64)
-	if !ok || !ok2 || status < int64(reserveRanOut) || status > int64(reserveUnclaimed) {
+	_, ok3 := res[2].(int64)
+	if !ok || !ok2 || !ok3 || status < int64(reserveRanOut) || status > int64(reserveUnclaimed) {
 		return nil, 0, 0, fmt.Errorf("unexpected reply %v", res)
 	}
 	var jobs []*Job
-	for i := 2; i < len(res); i += 3 {
+	for i := 3; i < len(res); i += 3 {
 		id, _ := res[i].(string)
 		v, _ := res[i+1].(string)
 		job, err := decodeJob(id, []byte(v))
@@ -214,6 +231,18 @@ func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, er
 		jobs = append(jobs, job)
 	}
 	return jobs, reserveStatus(status), int(left), nil // left may be reserveNoSignal or reserveDry
+}
+
+// reserveGiven reads how many signals a reserve call took for other
+// consumers of this process (reserveCall's give): none when the reply is
+// not one reserveResult reads.
+func reserveGiven(cmd *redis.Cmd) int {
+	res, err := cmd.Slice()
+	if err != nil || len(res) < 3 {
+		return 0
+	}
+	n, _ := res[2].(int64)
+	return int(n)
 }
 
 // withSignal puts first in looks the bucket of the signals that woke a

@@ -254,6 +254,26 @@ func (w *waits) outdated(topic string, l look) bool {
 	return l.held == 0 && tw.said[l.b] != l.said && tw.avail[l.b] == 0 && tw.bare[l.b].IsZero()
 }
 
+// wantedBy is how many jobs the waiting consumers of topic want beyond the
+// signals this process holds for them: as many signals a reserve call
+// takes for them, of those it leaves (reserveCall).
+func (w *waits) wantedBy(topic string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.topics[topic]
+	if tw == nil || tw.paused {
+		return 0
+	}
+	n := 0
+	for _, wt := range tw.waiters {
+		n += max(wt.want, 1)
+	}
+	for _, h := range tw.held {
+		n -= h
+	}
+	return min(max(n, 0), maxReserve)
+}
+
 // jobsWait reports whether jobs of topic are known to wait for consumers:
 // a reserve call left signals, or this process holds some.
 func (w *waits) jobsWait(topic string) bool {

@@ -130,7 +130,7 @@ func (r *reserveCounter) count(cmd redis.Cmder) {
 			}
 		}
 	}
-	if len(reply) <= 2 {
+	if len(reply) <= 3 { // status, signals left, signals given: no job
 		r.empty.Add(1)
 	} else {
 		r.found.Add(1)
@@ -571,6 +571,51 @@ func TestALookForALostSignalLooksOnlyWhereNoneDidInTheLastSecond(t *testing.T) {
 	})
 }
 
+// A reserve call that leaves signals takes as many of them as this
+// process's waiting consumers want and gives them to those consumers,
+// whose reserve calls then hold them: left in the list, they would be
+// claimed, and other processes' blocked calls often take them first.
+func TestAReserveCallGivesTheSignalsItLeavesToTheConsumersThatWait(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		sig := q.keys.bucket(0).signals("t")
+		w := idleWaits(t, q)
+		q.mu.Lock()
+		q.waits = w
+		q.mu.Unlock()
+		waiting := &waiter{wake: make(chan wakeUp, 1), want: 2}
+		w.mu.Lock()
+		w.topicLocked("t").waiters = []*waiter{waiting}
+		w.mu.Unlock()
+		for range 4 {
+			pushed(t, q, &Job{Topic: "t"})
+		}
+
+		c, err := q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1)
+		select {
+		case u := <-waiting.wake:
+			assert.Equal(t, wakeUp{b: 0, n: 2}, u, "two signals for the consumer that wants two jobs")
+		default:
+			t.Fatal("the waiting consumer was given no signal")
+		}
+		assert.Equal(t, 1, c.left, "the signal no consumer of this process wants is left")
+		n, err := be.client.LLen(ctx, sig).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+
+		c, err = q.reserve(ctx, 0, "t", 2, 2, reserveSignalled) // the consumer given the signals
+		require.NoError(t, err)
+		assert.Len(t, c.jobs, 2)
+		c, err = q.reserve(ctx, 0, "t", 1, 0, reserveSignalled) // none waits: nothing given
+		require.NoError(t, err)
+		assert.Len(t, c.jobs, 1)
+		assert.Equal(t, reserveDry, c.left)
+	})
+}
+
 // A process whose look for a lost signal found that another process had
 // looked leaves the looks there to others for a while: its next comes
 // othersLook later, not strandedAfter.
@@ -751,7 +796,7 @@ func TestAClaimThatFindsTheSignalsTakenReadsNothingMore(t *testing.T) {
 		// Two signals are left: a claim takes them, as a look does.
 		require.NoError(t, be.client.Del(ctx, sig).Err())
 		require.NoError(t, be.client.RPush(ctx, sig, "1", "1").Err())
-		call := q.reserveCall(0, "t", 2, 0, reserveClaim, nil)
+		call := q.reserveCall(0, "t", 2, 0, reserveClaim, nil, 0)
 		var got [2][]*Job
 		var left [2]int
 		for i := range 2 { // the second run: its first's reply was lost
@@ -786,7 +831,7 @@ func TestAReserveSentAgainAfterAPauseAnswersFromItsRecord(t *testing.T) {
 		ctx := context.Background()
 		q := newQueue(t, be.client, WithBuckets(1))
 		id := pushed(t, q, &Job{Topic: "t"})
-		call := q.reserveCall(0, "t", 1, 0, reserveGreedy, nil)
+		call := q.reserveCall(0, "t", 1, 0, reserveGreedy, nil, 0)
 		q.sendCalls(ctx, []*scriptCall{call})
 		first, _, _, err := q.reserved(ctx, 0, "t", call)
 		require.NoError(t, err)

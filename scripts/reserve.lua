@@ -23,7 +23,12 @@
 -- finish.lua takes them: pairs of a job ID and a reservation (a consumer's
 -- finishes ride on its next reserve call: one script call where two would
 -- be, and a job whose grant passes to the next, limits_handon.go)
--- returns {status, signals left, id, job, due_ms, id, job, due_ms, ..., F answers}:
+-- ARGV[11+2F] how many of the signals left after the call's own to take
+-- for other consumers of the caller's that wait (0 when absent): they
+-- are given to those consumers, whose reserve calls hold them, rather
+-- than left for their calls to claim, which other processes' blocked pops
+-- race
+-- returns {status, signals left, signals given, id, job, due_ms, ..., F answers}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
 -- list still holds jobs, whose signals are on their way or were lost with
@@ -36,7 +41,10 @@
 -- a call that came only to claim signals found none, or a look for a lost
 -- signal found that another call looked in the last second (ARGV[8]; it
 -- says -1 or -2 as a look would, from the list's length alone); and last
--- the finishes' answers, as finish.lua gives them.
+-- the finishes' answers, as finish.lua gives them. The signals given
+-- (ARGV[11+2F]) are 0 unless the call reserved jobs; a second run of the
+-- call answers 0, and those its first run gave went with its lost reply,
+-- as a dead process's signals go (their jobs are looked for as such).
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
 -- with a consumer that died holding it) is taken all the same, and a signal
@@ -69,9 +77,13 @@ local held = tonumber(ARGV[7])
 local name = ARGV[9]
 local finishes = tonumber(ARGV[10])
 local finish_answers = finishes > 0 and finish_jobs(pool, bucket, KEYS[9], KEYS[6], ARGV, 11, 10 + 2 * finishes)
+local give = tonumber(ARGV[11 + 2 * finishes]) or 0
+local given = 0
 
--- answer is the reply out, followed by the finishes' answers.
+-- answer is the reply out, with the signals given third, followed by the
+-- finishes' answers.
 local function answer(out)
+  table.insert(out, 3, given)
   if finish_answers then
     for _, a in ipairs(finish_answers) do
       out[#out + 1] = a
@@ -364,10 +376,11 @@ for i, id in ipairs(found) do
 end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
-local claimed = math.min(#found - held, left)
-if claimed > 0 then
-  redis.call('LTRIM', signals, claimed, -1)
-  left = left - claimed
+local claimed = math.max(math.min(#found - held, left), 0)
+given = math.min(give, left - claimed)
+if claimed + given > 0 then
+  redis.call('LTRIM', signals, claimed + given, -1)
+  left = left - claimed - given
 end
 redis.call('LTRIM', ready, taken, -1)
 trimmed(taken, beyond, #found)
