@@ -72,6 +72,7 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		func(c *reserveCall) int { return c.want }, maxReserve)
 	calls := make([]*scriptCall, len(groups))
 	rides := make([][]*batch.Request[*finishCall], len(groups))
+	give := make([]int, len(groups)) // signals each call takes for waiting consumers
 	q.mu.Lock()
 	w := q.waits
 	q.mu.Unlock()
@@ -90,11 +91,10 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 		// The signals left go to this process's consumers that wait, in
 		// the same call, rather than to claims that other processes'
 		// blocked pops race.
-		give := 0
 		if w != nil && !g.Key.greedy {
-			give = w.wantedBy(g.Key.topic)
+			give[i] = w.toGive(g.Key.topic)
 		}
-		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]), give)
+		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]), give[i])
 		if len(rides[i]) > 0 {
 			// The finishes must not end with the popper's wait (a
 			// Consume that stops): the call goes whole, as a batch of
@@ -117,8 +117,12 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 			r.Done()
 		}
 		jobs, status, left, err := q.reserved(ctx, g.Key.b, g.Key.topic, calls[i])
-		if given := reserveGiven(calls[i].cmd); given > 0 && w != nil {
-			w.unused(g.Key.topic, g.Key.b, given)
+		if give[i] > 0 {
+			given := 0
+			if err == nil {
+				given = reserveGiven(calls[i].cmd)
+			}
+			w.gave(g.Key.topic, g.Key.b, give[i], given)
 		}
 		for _, r := range g.Reqs {
 			n := min(r.In.want, len(jobs))
@@ -168,7 +172,7 @@ func reserveFinishes(c *scriptCall) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(res) < 2+n {
+	if len(res) < 3+n {
 		return nil, fmt.Errorf("unexpected reply %v", res)
 	}
 	out := make([]int64, n)

@@ -73,6 +73,7 @@ type topicWait struct {
 	// signal (zero: the last said the list ran dry)
 	bare   []time.Time
 	said   []uint64 // per bucket: how many replies were settled (one per consumer a call served)
+	giving int      // signals that reserve calls under way take for the waiters (toGive)
 	paused bool     // a reserve call found the topic paused; until a resume
 }
 
@@ -254,24 +255,50 @@ func (w *waits) outdated(topic string, l look) bool {
 	return l.held == 0 && tw.said[l.b] != l.said && tw.avail[l.b] == 0 && tw.bare[l.b].IsZero()
 }
 
-// wantedBy is how many jobs the waiting consumers of topic want beyond the
-// signals this process holds for them: as many signals a reserve call
-// takes for them, of those it leaves (reserveCall).
-func (w *waits) wantedBy(topic string) int {
+// toGive is how many of the signals a reserve call of topic leaves it
+// takes for this process's waiting consumers (reserveCall): as many jobs
+// as they want, less the signals this process holds for them and those
+// that calls under way are taking for them. It counts them as taken until
+// gave. A topic with limits gets none: its consumers take capacity first,
+// and may wait for it.
+func (w *waits) toGive(topic string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topics[topic]
-	if tw == nil || tw.paused {
+	if tw == nil || tw.paused || w.ctx.Err() != nil || w.q.limiter.wasLimited(topic) {
 		return 0
 	}
-	n := 0
+	n := -tw.giving
 	for _, wt := range tw.waiters {
 		n += max(wt.want, 1)
 	}
 	for _, h := range tw.held {
 		n -= h
 	}
-	return min(max(n, 0), maxReserve)
+	n = min(max(n, 0), maxReserve)
+	tw.giving += n
+	return n
+}
+
+// gave hands to this process's waiting consumers the given signals of
+// bucket b that a reserve call of topic took for them, of the asked that
+// toGive counted (none when the call failed). Once the waits are closed,
+// they go back to their list at once.
+func (w *waits) gave(topic string, b, asked, given int) {
+	w.mu.Lock()
+	tw := w.topicLocked(topic)
+	tw.giving -= asked
+	if w.ctx.Err() == nil || given == 0 {
+		w.deliverLocked(b, topic, given)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
+	defer cancel()
+	if err := w.giveBack(ctx, map[sigKey]int{{b, topic}: given}); err != nil {
+		w.q.opts.logger.Warn("delayqueue: cannot give back ready signals; their jobs wait for a look", attrTopic, topic, attrError, err)
+	}
 }
 
 // jobsWait reports whether jobs of topic are known to wait for consumers:

@@ -616,6 +616,56 @@ func TestAReserveCallGivesTheSignalsItLeavesToTheConsumersThatWait(t *testing.T)
 	})
 }
 
+// The signals a call gives are its caller's: the jobs behind the ones it
+// took have theirs, however long they waited, and the reply says none is
+// missing. A call sent again after its reply was lost gives the signals
+// its first run took, which are off the list.
+func TestTheSignalsACallGivesAreTheJobsBehindIt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		sig := q.keys.bucket(0).signals("t")
+		var ids []string
+		for range 4 {
+			ids = append(ids, pushed(t, q, &Job{Topic: "t"}))
+		}
+		readySince(t, be, q, time.Now().Add(-time.Minute), ids...)
+
+		call := q.reserveCall(0, "t", 1, 0, reserveSignalled, nil, 3)
+		for run := range 2 { // the second: its first's reply was lost
+			q.sendCalls(ctx, []*scriptCall{call})
+			jobs, _, left, err := q.reserved(ctx, 0, "t", call)
+			require.NoError(t, err)
+			require.Len(t, jobs, 1, "run %d", run)
+			assert.Equal(t, 3, reserveGiven(call.cmd), "run %d gives the three signals", run)
+			assert.Equal(t, 0, left, "run %d: no signal left, and none missing", run)
+			n, err := be.client.LLen(ctx, sig).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "run %d: no signal added for the jobs behind", run)
+		}
+		q.answered([]*scriptCall{call})
+	})
+}
+
+// The signals calls under way take for a process's waiting consumers are
+// counted until they are given: calls to two buckets at once do not both
+// take signals for the same consumers.
+func TestCallsUnderWayDoNotTakeSignalsTwiceForOneConsumer(t *testing.T) {
+	q := newQueue(t, miniredisClient(t), WithBuckets(2))
+	w := idleWaits(t, q)
+	waiting := &waiter{wake: make(chan wakeUp, 1), want: 2}
+	w.mu.Lock()
+	w.topicLocked("t").waiters = []*waiter{waiting}
+	w.mu.Unlock()
+	assert.Equal(t, 2, w.toGive("t"))
+	assert.Zero(t, w.toGive("t"), "the first call takes them")
+	w.gave("t", 0, 2, 0) // it found none to give
+	assert.Equal(t, 2, w.toGive("t"))
+	w.gave("t", 1, 2, 2)
+	assert.Equal(t, wakeUp{b: 1, n: 2}, <-waiting.wake)
+	assert.Zero(t, w.toGive("t"), "no consumer waits")
+}
+
 // A process whose look for a lost signal found that another process had
 // looked leaves the looks there to others for a while: its next comes
 // othersLook later, not strandedAfter.

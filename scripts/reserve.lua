@@ -43,8 +43,7 @@
 -- says -1 or -2 as a look would, from the list's length alone); and last
 -- the finishes' answers, as finish.lua gives them. The signals given
 -- (ARGV[11+2F]) are 0 unless the call reserved jobs; a second run of the
--- call answers 0, and those its first run gave went with its lost reply,
--- as a dead process's signals go (their jobs are looked for as such).
+-- call answers as many as its first gave (the record says).
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
 -- with a consumer that died holding it) is taken all the same, and a signal
@@ -124,16 +123,18 @@ local function ours(rec)
 end
 
 -- record_of is the record of this call: its name, the finishes' answers
--- ("-" for none), how it ended, the reservation before its first, and the
--- IDs it reserved.
+-- ("-" for none), how it ended, the reservation before its first, the
+-- signals it gave (ARGV[11+2F]), and the IDs it reserved.
 local function record_of(status, reservation, found)
   local answers = finish_answers and table.concat(finish_answers, ',') or '-'
-  return name .. '\n' .. answers .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' .. table.concat(found, '\n')
+  return name .. '\n' .. answers .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' ..
+    given .. '\n' .. table.concat(found, '\n')
 end
 
 -- replay answers a second run from the record (record_of): the finishes'
--- answers and the jobs the first run reserved, those still reserved under
--- its reservations.
+-- answers, the signals the first run gave, and the jobs it reserved,
+-- those still reserved under its reservations. The signals left are
+-- those of now, or none (-1 or -2, as a look says).
 local function replay(rec)
   local fields = {}
   for f in string.gmatch(rec, '[^\n]+') do
@@ -147,11 +148,16 @@ local function replay(rec)
     end
   end
   local status, base = tonumber(fields[3]), tonumber(fields[4])
-  local out = {status, redis.call('LLEN', signals)}
-  for i = 5, #fields do
+  given = tonumber(fields[5])
+  local left = redis.call('LLEN', signals)
+  if left == 0 and given == 0 then
+    left = redis.call('LLEN', ready) > 0 and RESERVE_NO_SIGNAL or RESERVE_DRY
+  end
+  local out = {status, left}
+  for i = 6, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
-    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 4 then
+    if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 5 then
       out[#out + 1] = id
       out[#out + 1] = v
       out[#out + 1] = 0
@@ -350,6 +356,11 @@ if #found == 0 then
   return answer({status, left})
 end
 
+-- The signals the call claims for the jobs it takes beyond those it
+-- holds, and those it gives to other consumers of its caller's: the
+-- record says how many it gave, for a second run to answer.
+local claimed = math.max(math.min(#found - held, left), 0)
+given = math.min(give, left - claimed)
 local reservation = redis.call('INCRBY', reservations, #found) - #found
 local before = redis.call('SET', record, record_of(status, reservation, found), 'PX', keep, 'GET')
 if ours(before) then
@@ -376,24 +387,23 @@ for i, id in ipairs(found) do
 end
 redis.call('HSET', pool, unpack(fields))
 redis.call('ZADD', bucket, unpack(scores))
-local claimed = math.max(math.min(#found - held, left), 0)
-given = math.min(give, left - claimed)
 if claimed + given > 0 then
   redis.call('LTRIM', signals, claimed + given, -1)
   left = left - claimed - given
 end
 redis.call('LTRIM', ready, taken, -1)
 trimmed(taken, beyond, #found)
-if left == 0 and beyond and waited_at(behind, head + taken) then
+-- The signals given are the caller's: the jobs behind them have theirs.
+if left + given == 0 and beyond and waited_at(behind, head + taken) then
   -- A job left behind without a signal: one for it, so that a waiting
   -- consumer comes for it.
   signal_list(signals, 1)
   left = 1
 end
 out[2] = left
-if left == 0 and beyond then
+if left + given == 0 and beyond then
   out[2] = RESERVE_NO_SIGNAL -- no signal left for the jobs the list still holds
-elseif left == 0 then
+elseif left + given == 0 then
   out[2] = RESERVE_DRY
 end
 wake_if_first(bucket, pub, wake, first, now)
