@@ -534,6 +534,57 @@ func TestALostSignalIsLookedForByOneProcessASecondNotEach(t *testing.T) {
 	})
 }
 
+// A job whose signal was lost is taken once, by one of several processes
+// that wait, long before their blocked calls' waits end: whichever of
+// them sets the bucket's key looks, and the others read the list's
+// length.
+func TestAJobWhoseSignalWasLostIsTakenOnceAmongProcesses(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), blockFor/2)
+		defer cancel()
+		const processes = 4
+		name := uniqueName(t)
+		producer := newQueue(t, be.client, WithName(name), WithBuckets(1))
+		first := pushed(t, producer, &Job{Topic: "t"})
+		lost := pushed(t, producer, &Job{Topic: "t"})
+		// The second job's signal goes with a process that dies.
+		require.NoError(t, be.client.LPop(ctx, producer.keys.bucket(0).signals("t")).Err())
+		got := make(chan string, 2*processes)
+		var wg sync.WaitGroup
+		for range processes {
+			q := newQueue(t, anotherClient(t, be.client), WithName(name), WithBuckets(1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					job, err := q.Pop(ctx, "t", time.Minute)
+					if err != nil {
+						return
+					}
+					got <- job.ID
+					assert.NoError(t, q.Finish(context.Background(), job.ID))
+				}
+			}()
+		}
+		var ids []string
+		for len(ids) < 2 {
+			select {
+			case id := <-got:
+				ids = append(ids, id)
+			case <-ctx.Done():
+				t.Fatalf("the job without a signal was not taken before the blocked calls' waits end; got %v", ids)
+			}
+		}
+		assert.ElementsMatch(t, []string{first, lost}, ids)
+		cancel()
+		wg.Wait()
+		close(got)
+		for id := range got {
+			t.Errorf("job %s delivered again", id)
+		}
+	})
+}
+
 // A look for a lost signal that holds none and finds none looks at the
 // list only when no other call did in the last second, and otherwise
 // reads its length and says that jobs are left without a signal, as a
