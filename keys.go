@@ -32,7 +32,7 @@ import (
 //	dq:{name:b}:standby        STRING  the token of the bucket handler that stands by to take the bucket over
 //	dq:{name:b}:paused         SET   paused topics (every bucket holds the same)
 //	dq:{name:b}:poke:<token>   LIST  a process's own key, pushed to wake its blocked pop (a moment only)
-//	dq:{name:b}:lost:<topic>   STRING  set for a second by a look for a lost ready signal of topic, so that one process a second looks (reserve.lua)
+//	dq:{name:b}:lost:<topic>   STRING  until when (server ms) the latest look for a lost ready signal of topic stands, a second; one process a second looks (reserve.lua)
 //	dq:{name:b}:schedules      HASH  schedule name -> its definition (schedule.go), for the schedules whose name falls in the bucket
 //	dq:{name:b}:ticks          ZSET  schedule name scored by its next tick (ms), whose job is pushed already; none while paused
 //	dq:{name:b}:lastticks      HASH  schedule name -> its latest tick that came (ms)

@@ -202,9 +202,23 @@ end
 -- another call looked in the last second: every process whose replies
 -- said that jobs were left without a signal comes to look, and one a
 -- second is enough (the job it takes has waited a second, as above).
+--
+-- looked_lately reports whether another call looked for a lost signal in
+-- the last second and, when none did, marks this call's look. The key
+-- holds until when a look stands, on the server's clock, besides
+-- expiring then: on a server whose keys do not expire as time passes
+-- (miniredis), the next look still comes a second later.
+local function looked_lately()
+  local now_ms = floor(now_us() / 1000)
+  local until_ms = tonumber(redis.call('GET', KEYS[10]))
+  if until_ms and until_ms > now_ms then
+    return true
+  end
+  redis.call('SET', KEYS[10], string.format('%d', now_ms + stranded), 'PX', stranded)
+  return false
+end
 local left = redis.call('LLEN', signals) -- the signals the list holds
-if held == 0 and left == 0 and (mode == RESERVE_CLAIM or
-    mode == RESERVE_LOST and not redis.call('SET', KEYS[10], '1', 'NX', 'PX', stranded)) then
+if held == 0 and left == 0 and (mode == RESERVE_CLAIM or mode == RESERVE_LOST and looked_lately()) then
   local reply = again(RESERVE_UNCLAIMED)
   if reply then
     return reply
