@@ -294,11 +294,7 @@ func (w *waits) gave(topic string, b, asked, given int) {
 		return
 	}
 	w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
-	defer cancel()
-	if err := w.giveBack(ctx, map[sigKey]int{{b, topic}: given}); err != nil {
-		w.q.opts.logger.Warn("delayqueue: cannot give back ready signals; their jobs wait for a look", attrTopic, topic, attrError, err)
-	}
+	w.giveBackLogged(topic, map[sigKey]int{{b, topic}: given})
 }
 
 // jobsWait reports whether jobs of topic are known to wait for consumers:

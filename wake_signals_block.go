@@ -290,6 +290,13 @@ func (w *waits) returnHeld(topic string) {
 	w.mu.Lock()
 	held := w.takeHeldLocked(topic)
 	w.mu.Unlock()
+	w.giveBackLogged(topic, held)
+}
+
+// giveBackLogged gives back held, signals of topic that no consumer came
+// for, for at most 10 s whether or not the waits are closed, and logs a
+// failure: their jobs then wait for a look for lost signals.
+func (w *waits) giveBackLogged(topic string, held map[sigKey]int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
 	defer cancel()
 	if err := w.giveBack(ctx, held); err != nil {
