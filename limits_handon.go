@@ -71,7 +71,9 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 	topics := batch.GroupBy(reqs, func(c *handOnCall) string { return c.job.Topic },
 		func(*handOnCall) int { return 1 }, maxPipelinedCalls)
 	var ress, renews []*scriptCall
-	for _, l := range lists {
+	resumes := make([]uint64, len(lists)) // before the calls: see settle
+	for i, l := range lists {
+		resumes[i] = w.resumed(l.Key.topic)
 		var args []any
 		for _, r := range l.Reqs {
 			args = append(args, r.In.job.ID, r.In.job.reservation)
@@ -99,7 +101,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		status, ferr := reserveFinishes(ress[i])
 		jobs, st, left, rerr := q.reserved(ctx, l.Key.b, l.Key.topic, ress[i])
 		if rerr == nil {
-			w.settle(l.Key.topic, l.Key.b, left, st)
+			w.settle(l.Key.topic, l.Key.b, left, st, resumes[i])
 			q.observeReserved(ctx, jobs)
 		}
 		for j, r := range l.Reqs {

@@ -339,6 +339,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			want = g.n
 		}
 		start := int(q.rotor.Add(1) % uint32(q.opts.buckets))
+		resumes := w.resumed(topic) // before the calls: see settle
 		var looks []look
 		if signal.b >= 0 {
 			// Signals beyond want (fewer jobs granted than signals
@@ -383,13 +384,13 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				}
 			}
 			if err == nil {
-				w.settle(topic, l.b, c.left, c.status)
+				resumedSince := w.settle(topic, l.b, c.left, c.status, resumes)
 				if l.lost && c.status == reserveUnclaimed {
 					w.othersLooked(topic, l.b)
 				}
 				q.observeReserved(ctx, c.jobs)
 				got = append(got, c.jobs...)
-				again = again || c.status == reserveStale
+				again = again || c.status == reserveStale || resumedSince
 			}
 			switch {
 			case err != nil && len(got) > 0:

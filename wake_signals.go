@@ -71,10 +71,11 @@ type topicWait struct {
 	quiet   []time.Time // per bucket: until when other processes look there for lost signals
 	// per bucket: since when every reply said jobs were left without a
 	// signal (zero: the last said the list ran dry)
-	bare   []time.Time
-	said   []uint64 // per bucket: how many replies were settled (one per consumer a call served)
-	giving int      // signals that reserve calls under way take for the waiters (toGive)
-	paused bool     // a reserve call found the topic paused; until a resume
+	bare    []time.Time
+	said    []uint64 // per bucket: how many replies were settled (one per consumer a call served)
+	giving  int      // signals that reserve calls under way take for the waiters (toGive)
+	paused  bool     // a reserve call found the topic paused; until a resume
+	resumes uint64   // resumes heard (resume), so that a reply sent before one does not pause the topic again
 }
 
 // waiter is one waiting consumer, wanting up to want jobs. The signals
@@ -314,13 +315,28 @@ func (w *waits) jobsWait(topic string) bool {
 	return false
 }
 
+// resumed is how many resumes of topic this process has heard. A reserve
+// call reads it before it is sent, and passes it to settle.
+func (w *waits) resumed(topic string) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.topicLocked(topic).resumes
+}
+
 // settle records what a reserve call on bucket b said: the signals left
 // (or reserveNoSignal: none, and jobs are left without one; reserveDry:
-// none, and no job is left), and whether the topic is paused.
-func (w *waits) settle(topic string, b, left int, status reserveStatus) {
+// none, and no job is left), and whether the topic is paused. resumes is
+// resumed's count before the call was sent: a reply that says paused while
+// a resume was heard since ran before the resume, and does not pause the
+// topic again; settle then reports that the caller should look again.
+func (w *waits) settle(topic string, b, left int, status reserveStatus, resumes uint64) (again bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.topicLocked(topic)
+	if status == reservePaused && tw.resumes != resumes {
+		tw.avail[b] = unknown
+		return true
+	}
 	tw.said[b]++
 	tw.lost[b] = false
 	unsignalled := left == reserveNoSignal
@@ -334,7 +350,7 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 	tw.avail[b] = left
 	if status == reservePaused {
 		tw.paused = true
-		return
+		return false
 	}
 	if unsignalled && !tw.recheck[b] {
 		tw.recheck[b] = true
@@ -354,6 +370,7 @@ func (w *waits) settle(topic string, b, left int, status reserveStatus) {
 		tw.waiters = tw.waiters[1:]
 		wt.wake <- wakeUp{b: noSignal}
 	}
+	return false
 }
 
 // enlist makes wt a waiter of topic, so that a signal taken for the topic
@@ -471,6 +488,7 @@ func (w *waits) resume(topic string) {
 		return
 	}
 	tw.paused = false
+	tw.resumes++
 	for b := range tw.avail {
 		tw.avail[b] = unknown
 		tw.lost[b] = false

@@ -237,23 +237,41 @@ func TestALookIsNotSentWhereAReplySinceSaidNothingWaits(t *testing.T) {
 	w := idleWaits(t, newQueue(t, miniredisClient(t), WithBuckets(3)))
 	looks := w.plan("t", 1, 0, false)
 	require.Len(t, looks, 3, "a look at every bucket, none known")
-	w.settle("t", 0, reserveDry, reserveRanOut)
-	w.settle("t", 1, reserveNoSignal, reserveRanOut)
+	w.settle("t", 0, reserveDry, reserveRanOut, 0)
+	w.settle("t", 1, reserveNoSignal, reserveRanOut, 0)
 	assert.True(t, w.outdated("t", looks[0]), "the list ran dry")
 	assert.False(t, w.outdated("t", looks[1]), "jobs are left without a signal")
 	assert.False(t, w.outdated("t", looks[2]), "no reply since")
 
-	w.settle("t", 0, 2, reserveFilled)
+	w.settle("t", 0, 2, reserveFilled, 0)
 	claims := w.plan("t", 2, 0, false)
 	require.Equal(t, look{b: 0, n: 2, claim: true, said: 2}, claims[0])
 	assert.False(t, w.outdated("t", claims[0]), "no reply since: the signals are this look's")
-	w.settle("t", 0, reserveDry, reserveUnclaimed)
+	w.settle("t", 0, reserveDry, reserveUnclaimed, 0)
 	assert.True(t, w.outdated("t", claims[0]), "another process took them, and the list ran dry")
-	w.settle("t", 0, 1, reserveFilled)
+	w.settle("t", 0, 1, reserveFilled, 0)
 	claims = w.plan("t", 1, 0, false)
-	w.settle("t", 0, reserveNoSignal, reserveUnclaimed)
+	w.settle("t", 0, reserveNoSignal, reserveUnclaimed, 0)
 	assert.False(t, w.outdated("t", claims[0]), "jobs are left without a signal: one may have been lost")
 	assert.False(t, w.outdated("t", look{b: 0, n: 1, held: 1}), "a look with a signal is sent")
+}
+
+// A reply that says a topic is paused, from a call sent before this
+// process heard the topic resumed, does not pause it again: its consumers
+// would wait, with no blocked call for the topic, until the next resume.
+// A reply from a call sent after the resume still pauses it.
+func TestAReplySentBeforeAResumeDoesNotPauseTheTopicAgain(t *testing.T) {
+	w := idleWaits(t, newQueue(t, miniredisClient(t), WithBuckets(2)))
+	w.pause("t")
+	require.Empty(t, w.plan("t", 1, 0, false), "paused: no look")
+	before := w.resumed("t")
+	w.resume("t")
+	assert.True(t, w.settle("t", 0, 0, reservePaused, before), "the caller looks again")
+	assert.NotEmpty(t, w.plan("t", 1, 0, false), "resumed: consumers look")
+
+	after := w.resumed("t")
+	assert.False(t, w.settle("t", 1, 0, reservePaused, after))
+	assert.Empty(t, w.plan("t", 1, 0, false), "paused again after the resume")
 }
 
 // Jobs made ready together go to one waiting Consume, as many as it has
@@ -463,18 +481,18 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 			return false
 		}
 	}
-	w.settle("t", 0, reserveNoSignal, reserveRanOut) // jobs left without a signal
+	w.settle("t", 0, reserveNoSignal, reserveRanOut, 0) // jobs left without a signal
 	w.lookStranded("t", 0)
 	assert.False(t, woken(), "not before the list stayed bare that long")
-	w.settle("t", 0, reserveDry, reserveRanOut) // the list ran dry
+	w.settle("t", 0, reserveDry, reserveRanOut, 0) // the list ran dry
 	w.mu.Lock()
 	assert.True(t, tw.bare[0].IsZero())
 	w.mu.Unlock()
 	w.lookStranded("t", 0)
 	assert.False(t, woken(), "the list ran dry since")
 
-	w.settle("t", 0, reserveNoSignal, reserveRanOut)
-	w.settle("t", 0, 0, reserveRanOut) // took nothing: says nothing of the jobs
+	w.settle("t", 0, reserveNoSignal, reserveRanOut, 0)
+	w.settle("t", 0, 0, reserveRanOut, 0) // took nothing: says nothing of the jobs
 	w.mu.Lock()
 	assert.False(t, tw.bare[0].IsZero(), "still bare")
 	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
@@ -487,7 +505,7 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 	tw.waiters = nil
 	tw.avail[0] = 0
 	w.mu.Unlock()
-	w.settle("t", 0, reserveNoSignal, reserveRanOut)
+	w.settle("t", 0, reserveNoSignal, reserveRanOut, 0)
 	w.mu.Lock()
 	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
 	w.mu.Unlock()
@@ -729,7 +747,7 @@ func TestAProcessThatFoundAnotherLookingLooksLessOften(t *testing.T) {
 	wt := &waiter{wake: make(chan wakeUp, 1), want: 1}
 	tw := w.topicLocked("t")
 	tw.waiters = []*waiter{wt}
-	w.settle("t", 0, reserveNoSignal, reserveUnclaimed)
+	w.settle("t", 0, reserveNoSignal, reserveUnclaimed, 0)
 	w.othersLooked("t", 0)
 	w.mu.Lock()
 	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
