@@ -234,7 +234,12 @@ func (w *waits) plan(topic string, n, start int, all bool) []look {
 		if j := slices.IndexFunc(looks, func(l look) bool { return l.b == b }); j >= 0 {
 			looks[j].n += k
 		} else {
-			looks = append(looks, look{b: b, n: k, claim: a > 0, lost: a < 0 && tw.lost[b], said: tw.said[b]})
+			// A first look at a bucket (no reply yet) looks for a lost
+			// signal too: when every worker was stopped at once, the
+			// new processes' first looks find the jobs whose signals
+			// died with the old ones, and one a second is enough.
+			lost := a < 0 && (tw.lost[b] || tw.said[b] == 0)
+			looks = append(looks, look{b: b, n: k, claim: a > 0, lost: lost, said: tw.said[b]})
 			tw.lost[b] = false
 		}
 	}

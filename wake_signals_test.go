@@ -522,33 +522,78 @@ func TestALookForALostSignalWaitsForTheListToStayBare(t *testing.T) {
 // list, and their cost grew with the processes.
 func TestALostSignalIsLookedForByOneProcessASecondNotEach(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
 		const processes = 8
-		name := uniqueName(t)
-		producer := newQueue(t, be.client, WithName(name), WithBuckets(1))
-		ids := jobsWithoutSignals(t, be, producer, 1)
-		readySince(t, be, producer, time.Now().Add(time.Minute), ids...) // fresh, however slow the machine
-		counter := &reserveCounter{}
-		var wg sync.WaitGroup
-		for range processes {
-			c := anotherClient(t, be.client)
-			c.AddHook(counter)
-			q := newQueue(t, c, WithName(name), WithBuckets(1))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := q.Pop(ctx, "t", time.Minute)
-				assert.ErrorIs(t, err, context.Canceled)
-			}()
-		}
-		require.Eventually(t, func() bool { return counter.lost.Load() >= processes }, 30*time.Second, time.Millisecond,
+		p := startLostSignalPoppers(t, be, processes, time.Now().Add(time.Minute)) // fresh, however slow the machine
+		require.Eventually(t, func() bool { return p.counter.lost.Load() >= processes }, 30*time.Second, time.Millisecond,
 			"each process looks for the lost signal")
-		cancel()
-		wg.Wait()
-		lost, looked := counter.lost.Load(), counter.lostLooked.Load()
+		p.stop()
+		lost, looked := p.counter.lost.Load(), p.counter.lostLooked.Load()
 		assert.GreaterOrEqual(t, looked, int64(1), "a process looks")
 		assert.LessOrEqual(t, looked, lost/processes+1, "of %d looks for a lost signal, one a second looks at the list", lost)
+	})
+}
+
+// lostSignalPoppers are processes that each Pop a job of topic "t", in
+// one bucket whose one job lost its signal, ready since a given time.
+type lostSignalPoppers struct {
+	counter *reserveCounter // every process's reserve calls
+	got     chan string     // the IDs popped
+	stop    func()          // ends the pops and waits for them
+}
+
+// startLostSignalPoppers starts processes lostSignalPoppers; before the
+// first starts, before may change what they find.
+func startLostSignalPoppers(t *testing.T, be backend, processes int, readyAt time.Time, before ...func(*DelayQueue)) *lostSignalPoppers {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	name := uniqueName(t)
+	producer := newQueue(t, be.client, WithName(name), WithBuckets(1))
+	readySince(t, be, producer, readyAt, jobsWithoutSignals(t, be, producer, 1)...)
+	for _, f := range before {
+		f(producer)
+	}
+	p := &lostSignalPoppers{counter: &reserveCounter{}, got: make(chan string, processes)}
+	var wg sync.WaitGroup
+	for range processes {
+		c := anotherClient(t, be.client)
+		c.AddHook(p.counter)
+		q := newQueue(t, c, WithName(name), WithBuckets(1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job, err := q.Pop(ctx, "t", time.Minute)
+			if err == nil {
+				p.got <- job.ID
+				return
+			}
+			assert.ErrorIs(t, err, context.Canceled)
+		}()
+	}
+	p.stop = func() {
+		cancel()
+		wg.Wait()
+		close(p.got)
+	}
+	t.Cleanup(cancel)
+	return p
+}
+
+// Processes that start together look at a bucket as looks for a lost
+// signal do: one a second looks at the list. Here another process looked
+// a moment ago, so none of them does, though a job waits there with no
+// signal (a worker that held it was stopped with every other).
+func TestTheFirstLooksOfProcessesThatStartTogetherLookOnceASecond(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		const processes = 8
+		p := startLostSignalPoppers(t, be, processes, time.Now().Add(-time.Minute), func(q *DelayQueue) {
+			lost := q.keys.bucket(0).lost("t")
+			require.NoError(t, be.client.Set(context.Background(), lost, time.Now().Add(time.Minute).UnixMilli(), time.Minute).Err())
+		})
+		require.Eventually(t, func() bool { return p.counter.lost.Load() >= processes }, 30*time.Second, time.Millisecond,
+			"each process's first look is one for a lost signal")
+		p.stop()
+		assert.Zero(t, p.counter.lostLooked.Load(), "another process looked in the last second: none looks at the list")
+		assert.Empty(t, p.got)
 	})
 }
 
@@ -804,8 +849,8 @@ func TestConsumersGoWhereTheMostSignalsAreLeft(t *testing.T) {
 	// known, to look.
 	assert.Equal(t, []look{{b: 2, n: 1, claim: true}}, w.plan("t", 1, 0, false))
 	assert.Equal(t, []look{{b: 2, n: 1, claim: true}}, w.plan("t", 1, 1, false), "from another start too")
-	assert.Equal(t, []look{{b: 0, n: 1, claim: true}, {b: 2, n: 1, claim: true}, {b: 3, n: 2}}, w.plan("t", 4, 3, false),
-		"the rest, as many each, from the start on; then where not known")
+	assert.Equal(t, []look{{b: 0, n: 1, claim: true}, {b: 2, n: 1, claim: true}, {b: 3, n: 2, lost: true}}, w.plan("t", 4, 3, false),
+		"the rest, as many each, from the start on; then where not known (a first look: for a lost signal too)")
 }
 
 // A reserve call says whether jobs are left without a signal, and says the
