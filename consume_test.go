@@ -452,13 +452,27 @@ func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
 
 // Finishes that wait for company ride on the next reserve call of their
 // bucket: the jobs are finished, and no finish call goes. Without the ride
+// ridesSeen adds up the finishes that rode on reserve calls, as their
+// events say.
+type ridesSeen struct{ n atomic.Int64 }
+
+func (r *ridesSeen) Observe(_ context.Context, e Event) {
+	if e.Kind == EventReserveCall {
+		r.n.Add(int64(e.Finishes))
+	}
+}
+
 // they would wait for company until the wait ends (a minute here).
 func TestConsumeFinishesRideOnTheNextReserveCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		finishes := &scriptCounter{script: scriptFinish}
 		reserves := &reserveCounter{}
-		q := hookedQueue(t, be.client, finishes, reserves)
+		c := anotherClient(t, be.client)
+		c.AddHook(finishes)
+		c.AddHook(reserves)
+		seen := &ridesSeen{}
+		q := newQueue(t, c, WithBuckets(1), WithObserver(seen))
 		q.settleWithin = time.Minute
 		startQueue(t, q)
 		const n = 4
@@ -489,6 +503,8 @@ func TestConsumeFinishesRideOnTheNextReserveCall(t *testing.T) {
 		require.Eventually(t, func() bool { return reserves.rode.Load() == n }, 10*time.Second, time.Millisecond,
 			"a reserve call took them")
 		assert.Zero(t, finishes.n.Load(), "no finish call")
+		require.Eventually(t, func() bool { return seen.n.Load() == n }, 10*time.Second, time.Millisecond,
+			"the reserve call's event says it carried them")
 		require.Eventually(t, func() bool { return handled.Load() == n+1 }, 10*time.Second, time.Millisecond)
 		// The last job's finish may wait for company: one in a hurry
 		// takes it along.

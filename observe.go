@@ -96,6 +96,10 @@ type Event struct {
 	JobID   string // all but EventMoved
 	Attempt int    // EventReserved, EventHandled, EventRetried, EventDead: the delivery's attempt
 	Count   int    // EventMoved, EventReserveCall, EventTick
+	// Finishes is EventReserveCall's: how many finishes rode on the call
+	// (Consume's, and Finish calls made meanwhile). A call that found no
+	// job but carried finishes did a finish's work all the same.
+	Finishes int
 	// Schedule and Missed are EventTick's: the schedule's name, and how
 	// many of its ticks came while no process fired it.
 	Schedule string

@@ -261,7 +261,7 @@ func (c *childConfig) run(ctx context.Context, base <-chan int64, out *reporter)
 	res.Received = out.received()
 	if q, ok := d.(*queue); ok {
 		res.Retried = int(q.retried.Load())
-		res.Reserves, res.Empty, res.Unclaimed = int(q.calls.all.Load()), int(q.calls.empty.Load()), int(q.calls.unclaimed.Load())
+		res.Reserves, res.Empty, res.Unclaimed, res.Alone = int(q.calls.all.Load()), int(q.calls.empty.Load()), int(q.calls.unclaimed.Load()), int(q.calls.alone.Load())
 	}
 	return res
 }
@@ -330,14 +330,18 @@ type queue struct {
 // reserveCalls counts the reserve calls of the queue, those that found
 // no job, and of those the calls that came only to claim signals or to
 // look for a lost one and found another process there first
-// (delayqueue.EventReserveCall's Unclaimed).
-type reserveCalls struct{ all, empty, unclaimed atomic.Int64 }
+// (delayqueue.EventReserveCall's Unclaimed), and those that carried no
+// finish either (alone: a script call for nothing).
+type reserveCalls struct{ all, empty, unclaimed, alone atomic.Int64 }
 
 func (r *reserveCalls) Observe(_ context.Context, e delayqueue.Event) {
 	if e.Kind == delayqueue.EventReserveCall {
 		r.all.Add(1)
 		if e.Count == 0 {
 			r.empty.Add(1)
+			if e.Finishes == 0 {
+				r.alone.Add(1)
+			}
 		}
 		if e.Unclaimed {
 			r.unclaimed.Add(1)

@@ -132,6 +132,7 @@ var throughputFigs = []figureDef{
 	{name: "Redis time in scripts per job", unit: "µs"},
 	{name: "reserve calls that found no job", unit: "%", dqOnly: true},
 	{name: "of all reserve calls, claims and lost-signal looks that found another process there first", unit: "%", dqOnly: true},
+	{name: "reserve calls that found no job and carried no finish", unit: "%", dqOnly: true},
 	{name: "reserve calls per job", dqOnly: true},
 }
 
@@ -141,19 +142,20 @@ var throughputFigs = []figureDef{
 func (o *outcome) throughput(end time.Time) []float64 {
 	took := end.Sub(time.UnixMicro(o.push.PushStart))
 	n := float64(o.jobs)
-	empty, unclaimed, perJob := math.NaN(), math.NaN(), math.NaN()
+	empty, unclaimed, alone, perJob := math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	if o.impl == "dq" {
-		var all, none, lost int
+		var all, none, lost, idle int
 		for _, r := range o.all {
-			all, none, lost = all+r.Reserves, none+r.Empty, lost+r.Unclaimed
+			all, none, lost, idle = all+r.Reserves, none+r.Empty, lost+r.Unclaimed, idle+r.Alone
 		}
 		if all > 0 {
 			empty = 100 * float64(none) / float64(all)
 			unclaimed = 100 * float64(lost) / float64(all)
+			alone = 100 * float64(idle) / float64(all)
 		}
 		perJob = float64(all) / n
 	}
-	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6, float64(o.calls.scripts) / n, empty, unclaimed, perJob}
+	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6, float64(o.calls.scripts) / n, empty, unclaimed, alone, perJob}
 }
 
 func latenessFigures(o *outcome) ([]float64, error) {

@@ -93,6 +93,7 @@ type childResult struct {
 	Reserves  int    `json:"reserves,omitempty"`           // dq: reserve calls made
 	Empty     int    `json:"empty_reserves,omitempty"`     // dq: reserve calls that found no job
 	Unclaimed int    `json:"unclaimed_reserves,omitempty"` // dq: of those, calls that came only to claim signals or look for a lost one, and found another process there first
+	Alone     int    `json:"alone_reserves,omitempty"`     // dq: of those, calls that carried no finish either: script calls for nothing
 	Error     string `json:"error,omitempty"`
 }
 
