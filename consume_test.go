@@ -450,8 +450,6 @@ func TestConsumeFinishesJobsEndedTogetherInOneCall(t *testing.T) {
 	})
 }
 
-// Finishes that wait for company ride on the next reserve call of their
-// bucket: the jobs are finished, and no finish call goes. Without the ride
 // ridesSeen adds up the finishes that rode on reserve calls, as their
 // events say.
 type ridesSeen struct{ n atomic.Int64 }
@@ -462,6 +460,8 @@ func (r *ridesSeen) Observe(_ context.Context, e Event) {
 	}
 }
 
+// Finishes that wait for company ride on the next reserve call of their
+// bucket: the jobs are finished, and no finish call goes. Without the ride
 // they would wait for company until the wait ends (a minute here).
 func TestConsumeFinishesRideOnTheNextReserveCall(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {

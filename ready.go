@@ -385,8 +385,8 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			}
 			if err == nil {
 				resumedSince := w.settle(topic, l.b, c.left, c.status, resumes)
-				if l.lost && c.status == reserveUnclaimed {
-					w.othersLooked(topic, l.b)
+				if l.lost {
+					w.lostLooked(topic, l.b, c.status == reserveUnclaimed)
 				}
 				q.observeReserved(ctx, c.jobs)
 				got = append(got, c.jobs...)

@@ -69,6 +69,7 @@ type topicWait struct {
 	recheck []bool      // per bucket: a look after strandedAfter is due
 	lost    []bool      // per bucket: the next look there is one for a lost signal (reserveLost)
 	quiet   []time.Time // per bucket: until when other processes look there for lost signals
+	looked  []time.Time // per bucket: when a look of this process's for a lost signal last looked
 	// per bucket: since when every reply said jobs were left without a
 	// signal (zero: the last said the list ran dry)
 	bare    []time.Time
@@ -163,7 +164,7 @@ func (w *waits) topicLocked(topic string) *topicWait {
 	tw := w.topics[topic]
 	if tw == nil {
 		n := w.q.opts.buckets
-		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), lost: make([]bool, n), quiet: make([]time.Time, n), bare: make([]time.Time, n), said: make([]uint64, n)}
+		tw = &topicWait{avail: make([]int, n), held: make([]int, n), recheck: make([]bool, n), lost: make([]bool, n), quiet: make([]time.Time, n), looked: make([]time.Time, n), bare: make([]time.Time, n), said: make([]uint64, n)}
 		for b := range tw.avail {
 			tw.avail[b] = unknown
 		}
@@ -474,13 +475,21 @@ func (w *waits) lookStranded(topic string, b int) {
 	wt.wake <- wakeUp{b: noSignal}
 }
 
-// othersLooked records that a look of topic for a lost signal at bucket b
-// found that another process had looked in the last second: this
-// process's next look there comes othersLook later.
-func (w *waits) othersLooked(topic string, b int) {
+// lostLooked records how a look of topic for a lost signal at bucket b
+// ended. When it found that another call had looked in the last second
+// (unclaimed), this process's next look there comes othersLook later;
+// unless that call was this process's own, as when consumers that start
+// together all send a first look before the first reply.
+func (w *waits) lostLooked(topic string, b int, unclaimed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.topicLocked(topic).quiet[b] = time.Now().Add(othersLook)
+	tw := w.topicLocked(topic)
+	switch {
+	case !unclaimed:
+		tw.looked[b] = time.Now()
+	case time.Since(tw.looked[b]) >= strandedAfter:
+		tw.quiet[b] = time.Now().Add(othersLook)
+	}
 }
 
 // resume marks topic resumed: its consumers look again, and the blocked

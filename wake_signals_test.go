@@ -783,6 +783,23 @@ func TestCallsUnderWayDoNotTakeSignalsTwiceForOneConsumer(t *testing.T) {
 	assert.Zero(t, w.toGive("t"), "no consumer waits")
 }
 
+// Looks of one process's consumers that start together, sent before the
+// first reply, find the key that the process's own first look set: the
+// process is not put off as if another process looked.
+func TestAProcessIsNotPutOffByItsOwnLook(t *testing.T) {
+	w := idleWaits(t, newQueue(t, miniredisClient(t), WithBuckets(1)))
+	w.lostLooked("t", 0, false) // the first look looked
+	w.lostLooked("t", 0, true)  // one sent with it found its key
+	w.mu.Lock()
+	assert.True(t, w.topicLocked("t").quiet[0].IsZero(), "not put off by its own look")
+	w.topicLocked("t").looked[0] = time.Now().Add(-strandedAfter)
+	w.mu.Unlock()
+	w.lostLooked("t", 0, true) // a look a while later: another process's key
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	assert.True(t, w.topicLocked("t").quiet[0].After(time.Now()), "put off: another process looks")
+}
+
 // A process whose look for a lost signal found that another process had
 // looked leaves the looks there to others for a while: its next comes
 // othersLook later, not strandedAfter.
@@ -793,7 +810,7 @@ func TestAProcessThatFoundAnotherLookingLooksLessOften(t *testing.T) {
 	tw := w.topicLocked("t")
 	tw.waiters = []*waiter{wt}
 	w.settle("t", 0, reserveNoSignal, reserveUnclaimed, 0)
-	w.othersLooked("t", 0)
+	w.lostLooked("t", 0, true)
 	w.mu.Lock()
 	tw.bare[0] = tw.bare[0].Add(-strandedAfter)
 	w.mu.Unlock()
