@@ -11,9 +11,14 @@ import (
 // Pausing a topic. Every bucket keeps the set of paused topics
 // (dq:{name:b}:paused), and the script that reserves jobs reads it, so a
 // pause holds in every process from the moment Pause returns, with no
-// command per job and none for a process that only pushes. Pause and
-// Resume tell every process on the control channel, so that their
-// consumers stop waiting for the topic, or look again at once.
+// command per job and none for a process that only pushes. A process
+// learns of a pause from its next reserve call's reply (the call puts
+// back the signals it held and says the topic is paused), and its
+// consumers then wait without a blocked call for the topic. Resume tells
+// every process on the control channel, so that their consumers look
+// again at once. A pause is not told: told by one process while another
+// resumes the topic, it could arrive after the resume and leave the
+// processes waiting on a topic that Redis holds resumed.
 
 // Pause stops delivering topic's jobs, in every process, once it returns:
 // due jobs still move to ready, but Pop waits (and a Pop that does not wait
@@ -26,7 +31,6 @@ func (q *DelayQueue) Pause(ctx context.Context, topic string) error {
 	if err := q.eachBucketSet(ctx, topic, true); err != nil {
 		return fmt.Errorf("delayqueue: pause %q: %w", topic, err)
 	}
-	q.announce(ctx, controlPause+topic)
 	return nil
 }
 

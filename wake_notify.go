@@ -15,7 +15,7 @@ import (
 // notifier carries the queue's messages over pub/sub: each bucket's wake
 // channel ("<µs until due>" or "free") to the bucket handler that holds or
 // stands by for its lease, and the queue's control channel to every
-// started or consuming process ("resume:<topic>", "pause:<topic>",
+// started or consuming process ("resume:<topic>", "limits:<topic>",
 // "standby:<bucket>"). Ready jobs do not travel here: their signals are
 // lists that consumers block on (wake_signals.go). On Redis Cluster the channels
 // are sharded (SSUBSCRIBE), one connection per bucket (and one for the
@@ -159,7 +159,6 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 // Control messages.
 const (
 	controlResume  = "resume:"  // and a topic: it was resumed
-	controlPause   = "pause:"   // and a topic: it was paused
 	controlStandby = "standby:" // and a bucket: its standby lease is free
 	controlLimits  = "limits:"  // and a topic: its limits changed
 )
@@ -187,9 +186,6 @@ func (q *DelayQueue) control(msg string) {
 	}
 	if topic, ok := strings.CutPrefix(msg, controlResume); ok && w != nil {
 		w.resume(topic)
-	}
-	if topic, ok := strings.CutPrefix(msg, controlPause); ok && w != nil {
-		w.pause(topic)
 	}
 	if b, ok := strings.CutPrefix(msg, controlStandby); ok {
 		if b, err := strconv.Atoi(b); err == nil && b >= 0 && b < len(handlers) {

@@ -515,22 +515,18 @@ func (w *waits) resume(topic string) {
 	}
 }
 
-// pause marks topic paused: its consumers wait without a blocked call,
-// until a resume.
-func (w *waits) pause(topic string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.topicLocked(topic).paused = true
-}
-
 // resumePaused has the consumers of every paused topic look again, as
-// after a resume that may have been missed.
+// after a resume that may have been missed. Every topic counts a resume:
+// the reply of a call sent before one that was missed must not pause it
+// (settle).
 func (w *waits) resumePaused() {
 	w.mu.Lock()
 	var topics []string
 	for topic, tw := range w.topics {
 		if tw.paused {
 			topics = append(topics, topic)
+		} else {
+			tw.resumes++
 		}
 	}
 	w.mu.Unlock()

@@ -262,7 +262,7 @@ func TestALookIsNotSentWhereAReplySinceSaidNothingWaits(t *testing.T) {
 // A reply from a call sent after the resume still pauses it.
 func TestAReplySentBeforeAResumeDoesNotPauseTheTopicAgain(t *testing.T) {
 	w := idleWaits(t, newQueue(t, miniredisClient(t), WithBuckets(2)))
-	w.pause("t")
+	w.settle("t", 1, 0, reservePaused, w.resumed("t"))
 	require.Empty(t, w.plan("t", 1, 0, false), "paused: no look")
 	before := w.resumed("t")
 	w.resume("t")
@@ -272,6 +272,29 @@ func TestAReplySentBeforeAResumeDoesNotPauseTheTopicAgain(t *testing.T) {
 	after := w.resumed("t")
 	assert.False(t, w.settle("t", 1, 0, reservePaused, after))
 	assert.Empty(t, w.plan("t", 1, 0, false), "paused again after the resume")
+}
+
+// What a process hears on its control channel never pauses a topic: a
+// pause told by one process while another resumed the topic may arrive
+// after the resume. Nor does a call's reply that says paused, sent before
+// a resubscription, after which the process cannot know what resumes it
+// missed.
+func TestOnlyAReplySentSinceTheLastResumePausesATopic(t *testing.T) {
+	ctx := context.Background()
+	q := newQueue(t, miniredisClient(t), WithBuckets(1))
+	w, err := q.waiting()
+	require.NoError(t, err)
+	id := pushed(t, q, &Job{Topic: "t"})
+	q.control(controlResume + "t")
+	q.control("pause:t") // as a process of an earlier version tells it
+	assert.NotEmpty(t, w.plan("t", 1, 0, false), "a told pause does not pause")
+
+	before := w.resumed("t")
+	q.control("") // resubscribed
+	w.settle("t", 0, 0, reservePaused, before)
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	assert.Equal(t, id, job.ID)
 }
 
 // Jobs made ready together go to one waiting Consume, as many as it has
