@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/slot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,7 +86,7 @@ func (c *Cluster) form(masters, replicas int) error {
 		defer clients[s].Close()
 	}
 	for i, m := range c.Masters {
-		lo, hi := i*16384/masters, (i+1)*16384/masters-1
+		lo, hi := i*slot.Count/masters, (i+1)*slot.Count/masters-1
 		if err := clients[m].Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
 			return fmt.Errorf("redisproc: assign slots %d-%d: %w", lo, hi, err)
 		}
@@ -120,10 +121,24 @@ func (c *Cluster) form(masters, replicas int) error {
 			}
 		}
 	}
-	return waitFor(ctx, "cluster_state:ok and replicas in sync", func() bool {
+	return waitFor(ctx, "cluster_state:ok, every slot's master known to every node, and replicas in sync", func() bool {
 		for _, s := range c.Nodes() {
 			info, err := clients[s].ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+			// A node may say ok before it has heard which master owns
+			// every slot (full coverage is not required): a client that
+			// read its slot map then would be sent from node to node.
+			slots, err := clients[s].ClusterSlots(ctx).Result()
+			if err != nil {
+				return false
+			}
+			known := 0
+			for _, r := range slots {
+				known += int(r.End - r.Start + 1)
+			}
+			if known != slot.Count {
 				return false
 			}
 		}
