@@ -523,10 +523,9 @@ func (w *waits) resumePaused() {
 	w.mu.Lock()
 	var topics []string
 	for topic, tw := range w.topics {
+		tw.resumes++
 		if tw.paused {
 			topics = append(topics, topic)
-		} else {
-			tw.resumes++
 		}
 	}
 	w.mu.Unlock()

@@ -207,9 +207,12 @@ end
 -- the last second and, when none did, marks this call's look. The key
 -- holds until when a look stands, on the server's clock, besides
 -- expiring then: on a server whose keys do not expire as time passes
--- (miniredis), the next look still comes a second later.
+-- (miniredis), the next look still comes a second later. It reads the
+-- server's clock into now, which the rest of the call then uses.
+local now -- the server's clock, µs: read once, by whichever part first needs it
 local function looked_lately()
-  local now_ms = floor(now_us() / 1000)
+  now = now_us()
+  local now_ms = floor(now / 1000)
   local until_ms = tonumber(redis.call('GET', KEYS[10]))
   if until_ms and until_ms > now_ms then
     return true
@@ -229,7 +232,7 @@ if held == 0 and left == 0 and (mode == RESERVE_CLAIM or mode == RESERVE_LOST an
   return answer({RESERVE_UNCLAIMED, RESERVE_DRY})
 end
 
-local now = now_us()
+now = now or now_us()
 local now_ms = floor(now / 1000)
 -- The topic's counts this call changes, read at once and written back at
 -- once (lib/counts.lua, lib/places.lua): the place of the list's head,
