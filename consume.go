@@ -70,6 +70,14 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		opts.Grace = 10 * time.Second
 	}
 	handler = q.wrapHandler(handler)
+	q.mu.Lock()
+	if q.closed.Load() {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	q.consumes.Add(1)
+	q.mu.Unlock()
+	defer q.consumes.Done()
 
 	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: ctx, concurrency: opts.Concurrency,
 		running: map[*Job]*running{}, kick: make(chan struct{}, 1)}
@@ -147,6 +155,8 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
+		case <-c.q.done:
+			return ErrClosed
 		}
 		free := 1
 	more:
@@ -192,6 +202,8 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 			case <-wait.C:
 			case <-ctx.Done():
 				return nil
+			case <-c.q.done:
+				return ErrClosed
 			}
 			continue
 		}
@@ -247,6 +259,8 @@ func (c *consumer) gather(ctx context.Context, slots chan<- struct{}, n int) int
 		case <-t.C:
 			return took
 		case <-ctx.Done():
+			return took
+		case <-c.q.done:
 			return took
 		}
 	}

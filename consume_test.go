@@ -245,13 +245,55 @@ func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
 			}, ConsumeOptions{})
 		}()
 		<-started
-		closeQueue(t, q) // Close stops Consume, but not the running handler
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			closeQueue(t, q) // Close stops Consume, and waits for its running handler
+		}()
 		close(release)
-		assert.ErrorIs(t, <-errc, ErrClosed)
-
+		<-closed
+		// Close waited for Consume: the job is settled once it returns.
 		other := newQueue(t, be.client, WithName(name))
 		_, err = other.Get(bg, id)
 		assert.ErrorIs(t, err, ErrNotFound, "the handler's success still finished the job")
+		assert.ErrorIs(t, <-errc, ErrClosed)
+	})
+}
+
+// TestCloseEndsAConsumeWhoseHandlersAreAllBusy: a Consume with no free
+// slot still ends at Close, as when its ctx ends: its handler gets Grace,
+// then its job goes back to ready for another consumer, and Close returns
+// only after all that.
+func TestCloseEndsAConsumeWhoseHandlersAreAllBusy(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		bg := context.Background()
+		name := uniqueName(t)
+		q, err := New(be.client, WithName(name), WithLogger(discard), WithDefaultTTR(time.Hour))
+		require.NoError(t, err)
+		startQueue(t, q)
+		busy := pushed(t, q, &Job{Topic: "t"})
+		started := make(chan struct{})
+		var ended atomic.Value
+		errc := make(chan error, 1)
+		go func() {
+			errc <- q.Consume(bg, "t", func(ctx context.Context, job *Job) error {
+				close(started)
+				<-ctx.Done() // busy until told to stop
+				ended.Store(context.Cause(ctx))
+				return ctx.Err()
+			}, ConsumeOptions{Concurrency: 1, Grace: 50 * time.Millisecond})
+		}()
+		<-started
+		closeQueue(t, q)
+		// Close waited for Consume: its handler has ended and its job is
+		// back by the time Close returns.
+		require.NotNil(t, ended.Load(), "the handler's ctx ended")
+		other := newQueue(t, be.client, WithName(name))
+		job, err := other.Get(bg, busy)
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, job.State, "the job went back to ready")
+		assert.Equal(t, 0, job.Attempts, "without counting its attempt")
+		assert.ErrorIs(t, <-errc, ErrClosed)
 	})
 }
 

@@ -57,7 +57,10 @@ type DelayQueue struct {
 	functionsOff atomic.Int64
 
 	closed atomic.Bool
-	done   chan struct{} // closed by Close: ends waiting Pops
+	done   chan struct{} // closed by Close: ends waiting Pops, and Consumes
+	// consumes counts the Consumes that run; Close waits for them. One is
+	// counted under mu, and only while the queue is open.
+	consumes sync.WaitGroup
 
 	mu       sync.Mutex // guards the fields below; never held across a round trip
 	started  bool
@@ -324,10 +327,14 @@ func (q *DelayQueue) startHandlers(ctx context.Context) error {
 const closeTimeout = 10 * time.Second
 
 // Close stops the bucket handlers, releases their leases so that other processes
-// take the buckets over at once, and ends waiting Pops with ErrClosed. It waits
-// for every goroutine of the queue, or returns ctx.Err() when ctx ends first;
-// the shutdown then goes on, for at most 10 seconds. Jobs stay in Redis. Calling
-// Close again waits for the same shutdown and returns what it returned.
+// take the buckets over at once, and ends waiting Pops with ErrClosed. Running
+// Consumes end as when their ctx ends: they take no more jobs, their handlers get
+// Grace to return, then their jobs go back to ready, and they return ErrClosed.
+// Close waits for every goroutine of the queue, those Consumes included, or
+// returns ctx.Err() when ctx ends first; the shutdown then goes on (its work in
+// Redis for at most 10 seconds). A handler that calls Close waits for its own
+// Consume: call it from elsewhere. Jobs stay in Redis. Calling Close again waits
+// for the same shutdown and returns what it returned.
 func (q *DelayQueue) Close(ctx context.Context) error {
 	if ctx == nil {
 		panic("delayqueue: Close with a nil Context")
@@ -344,6 +351,7 @@ func (q *DelayQueue) Close(ctx context.Context) error {
 			defer close(q.shutdown)
 			defer stop()
 			q.closeErr = q.stop(sctx, cancel, stopped, handlers, notes, waits)
+			q.consumes.Wait()
 		}()
 	})
 	select {
