@@ -228,12 +228,20 @@ func TestConsumeRejectsBadArguments(t *testing.T) {
 	assert.ErrorIs(t, q.Consume(ctx, "t", h, ConsumeOptions{}), ErrClosed)
 }
 
+// queueToClose opens a queue of the test's own name that the test closes
+// itself, with jobs that stay reserved an hour.
+func queueToClose(t *testing.T, be backend) (*DelayQueue, string) {
+	t.Helper()
+	name := uniqueName(t)
+	q, err := New(be.client, WithName(name), WithLogger(discard), WithDefaultTTR(time.Hour))
+	require.NoError(t, err)
+	return q, name
+}
+
 func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		bg := context.Background()
-		name := uniqueName(t)
-		q, err := New(be.client, WithName(name), WithLogger(discard), WithDefaultTTR(time.Hour))
-		require.NoError(t, err)
+		q, name := queueToClose(t, be)
 		id := pushed(t, q, &Job{Topic: "t"})
 		started, release := make(chan struct{}), make(chan struct{})
 		errc := make(chan error, 1)
@@ -254,7 +262,7 @@ func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
 		<-closed
 		// Close waited for Consume: the job is settled once it returns.
 		other := newQueue(t, be.client, WithName(name))
-		_, err = other.Get(bg, id)
+		_, err := other.Get(bg, id)
 		assert.ErrorIs(t, err, ErrNotFound, "the handler's success still finished the job")
 		assert.ErrorIs(t, <-errc, ErrClosed)
 	})
@@ -267,9 +275,7 @@ func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
 func TestCloseEndsAConsumeWhoseHandlersAreAllBusy(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		bg := context.Background()
-		name := uniqueName(t)
-		q, err := New(be.client, WithName(name), WithLogger(discard), WithDefaultTTR(time.Hour))
-		require.NoError(t, err)
+		q, name := queueToClose(t, be)
 		startQueue(t, q)
 		busy := pushed(t, q, &Job{Topic: "t"})
 		started := make(chan struct{})
