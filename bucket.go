@@ -37,12 +37,17 @@ type topicCount struct {
 // moveDue moves up to a batch of due jobs of bucket b to their ready lists
 // (or dead letters), holding or taking the bucket's lease with token, or
 // standing by (lock.go); with trim, it also deletes the tombstones whose
-// dedup window ended.
-func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool) (moveResult, error) {
+// dedup window ended. A holder also gives a signal to the job that heads
+// the ready list of each topic of stranded, when it has waited over a
+// second with none left (move.lua).
+func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool, stranded ...string) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby, bk.watched}
-	reply, err := q.run(ctx, b, scriptMove, keys,
-		token, q.opts.lease.Milliseconds(), q.opts.batch, trim, takeoverGrace.Milliseconds()).Slice()
+	args := []any{token, q.opts.lease.Milliseconds(), q.opts.batch, trim, takeoverGrace.Milliseconds()}
+	for _, topic := range stranded {
+		args = append(args, topic)
+	}
+	reply, err := q.run(ctx, b, scriptMove, keys, args...).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("delayqueue: move bucket %d: %w", b, err)
 	}

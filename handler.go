@@ -26,10 +26,37 @@ type bucketHandler struct {
 	vacant bool      // the standby lease is free
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
-	failures  int       // consecutive Redis errors
-	trimmed   time.Time // when dead letters past their retention were last deleted
-	buried    time.Time // when expired tombstones were last deleted
-	listening bool      // subscribed to the bucket's wake channel
+	failures  int                  // consecutive Redis errors
+	trimmed   time.Time            // when dead letters past their retention were last deleted
+	buried    time.Time            // when expired tombstones were last deleted
+	listening bool                 // subscribed to the bucket's wake channel
+	readied   map[string]time.Time // topic -> when this holder last made jobs of it ready; not looked at since
+}
+
+// stranded returns the topics whose jobs this holder made ready at least
+// strandedAfter ago (wake_signals.go), and forgets them: the next move
+// looks at their lists for a job that a lost signal left waiting.
+func (h *bucketHandler) stranded(now time.Time) []string {
+	var topics []string
+	for topic, at := range h.readied {
+		if now.Sub(at) >= strandedAfter {
+			topics = append(topics, topic)
+			delete(h.readied, topic)
+		}
+	}
+	return topics
+}
+
+// untilStranded returns how long until the holder next looks for a job
+// left waiting by a lost signal, or -1 when it has no look to make.
+func (h *bucketHandler) untilStranded(now time.Time) time.Duration {
+	wait := time.Duration(-1)
+	for _, at := range h.readied {
+		if d := max(at.Add(strandedAfter).Sub(now), 0); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	return wait
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
@@ -93,10 +120,15 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	// Tombstones whose dedup window ended go at most once a second, and at
 	// least once per step of an idle holder.
 	trim := time.Since(h.buried) >= time.Second
-	res, err := h.q.moveDue(ctx, h.b, h.lease.token, trim)
+	now := time.Now()
+	stranded := h.stranded(now)
+	res, err := h.q.moveDue(ctx, h.b, h.lease.token, trim, stranded...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
+		}
+		for _, topic := range stranded {
+			h.readied[topic] = now.Add(-strandedAfter) // looked at after the failure
 		}
 		h.lease.role = roleNone
 		h.failures++
@@ -122,6 +154,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		h.mu.Lock()
 		h.tickAt = time.Time{}
 		h.mu.Unlock()
+		clear(h.readied) // the holder's business
 	}
 	switch res.role {
 	case roleNone:
@@ -151,6 +184,10 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	for _, r := range res.ready {
 		h.q.observe(ctx, Event{Kind: EventMoved, Topic: r.topic, Count: r.count})
+		if h.readied == nil {
+			h.readied = map[string]time.Time{}
+		}
+		h.readied[r.topic] = now
 	}
 	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
 		h.trimmed = time.Now()
@@ -170,6 +207,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	if tick >= 0 && tick < wait {
 		wait = tick
+	}
+	if s := h.untilStranded(time.Now()); s >= 0 && s < wait {
+		wait = s
 	}
 	return wait
 }

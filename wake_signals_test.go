@@ -1424,3 +1424,72 @@ func TestASignalHeldGoesToTheNextConsumerThatWaits(t *testing.T) {
 		}
 	})
 }
+
+// TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook: a process that stops
+// reading its replies (frozen, or cut off while its connection stays open)
+// may be handed the signal of a job that came back from an expired
+// reservation, and consumers blocked in other processes do not wake for
+// it. A second after it made the job ready, the bucket's holder gives it a
+// signal again, and a waiting consumer takes it long before its blocked
+// call would have looked by itself (blockFor).
+func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if be.mini != nil {
+			t.Skip("miniredis lists no blocked clients")
+		}
+		ctx := context.Background()
+		name := uniqueName(t)
+		holder := newQueue(t, be.client, WithName(name))
+		startQueue(t, holder)
+		id := pushed(t, holder, &Job{Topic: "t", TTR: 2 * time.Second})
+		job, err := holder.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.Equal(t, id, job.ID) // never finished: back at its TTR
+		b, err := bucketOfID(id, holder.opts.buckets)
+		require.NoError(t, err)
+		signals := holder.keys.bucket(b).signals("t")
+		node, _ := be.client.(*redis.Client)
+		if cc, ok := be.client.(*redis.ClusterClient); ok {
+			node, err = cc.MasterForKey(ctx, signals)
+			require.NoError(t, err)
+		}
+		blocked := func(name string) int {
+			list, err := node.ClientList(ctx).Result()
+			require.NoError(t, err)
+			n := 0
+			for _, line := range strings.Split(list, "\n") {
+				if strings.Contains(line, " flags=b ") && (name == "" || strings.Contains(line, " name="+name+" ")) {
+					n++
+				}
+			}
+			return n
+		}
+
+		// The frozen process: blocked first, it is handed the signal and
+		// never reserves the job.
+		frozen := redis.NewClient(&redis.Options{Addr: node.Options().Addr, ClientName: "frozen"})
+		t.Cleanup(func() { _ = frozen.Close() })
+		swallowed := make(chan error, 1)
+		go func() { swallowed <- frozen.BLMPop(ctx, 0, "left", 100, signals).Err() }()
+		require.Eventually(t, func() bool { return blocked("frozen") == 1 }, 10*time.Second, time.Millisecond)
+		// A consumer of another process, blocked after it, before the job
+		// comes back.
+		other := newQueue(t, be.client, WithName(name))
+		got := make(chan string, 1)
+		go func() {
+			job, err := other.Pop(ctx, "t", 10*time.Second)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- job.ID
+		}()
+		require.Eventually(t, func() bool { return blockedFor(other, "t") && blocked("") >= 2 }, 10*time.Second, time.Millisecond)
+		back, err := holder.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, StateReserved, back.State, "all in place before the job came back")
+
+		require.NoError(t, <-swallowed, "the job came back, and its signal went to the frozen process")
+		assert.Equal(t, id, <-got, "the waiting consumer took the job all the same")
+	})
+}

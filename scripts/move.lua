@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---#include codec header decode bulk tallies places tombstones clock bucket signals kill
+--#include codec header decode bulk tallies places tombstones clock bucket signals kill entries
 -- move.lua: move due job IDs of one bucket to their topics' ready lists.
 -- Holds the bucket's lease while it works: the caller's token takes a free
 -- lease or extends its own. A lease held by another token moves nothing,
@@ -12,7 +12,8 @@
 -- KEYS[10] standby lease  KEYS[11] watched string (schedule_tick.go)
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 to
 -- delete (up to 1,000) tombstones whose dedup window ended, and the counts
--- that are 0, else 0  ARGV[5] grace ms
+-- that are 0, else 0  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
+-- holder made ready over a second ago, to look for a lost signal (below)
 -- returns {moved, next_due_in_us or -1, fresh, topic, count, topic, count,
 -- ...} with how many jobs became ready per topic, fresh being 1 when the
 -- call took a free lease or the bucket over (0 when it extended its own);
@@ -171,5 +172,25 @@ for _, topic in ipairs(topics) do
   signal(sig_prefix, topic, #lists[topic])
   out[#out + 1] = topic
   out[#out + 1] = #lists[topic]
+end
+
+-- A signal handed to a process that no longer reads its replies (frozen,
+-- or cut off without its connection closing) is lost with it, and the
+-- consumers that wait elsewhere do not wake for its job. So, a second
+-- after it made jobs of a topic ready, the holder looks at the topic's
+-- list: a job that heads it, ready for over a second while no signal is
+-- left, gets one. Its consumer's call signals the job behind it, if that
+-- one waited too (reserve.lua).
+local stranded = 1000
+for i = 6, #ARGV do
+  local topic = ARGV[i]
+  local sig = sig_prefix .. topic
+  if redis.call('LLEN', sig) == 0 then
+    local id = redis.call('LRANGE', ready_prefix .. topic, 0, 0)[1]
+    local v = id and redis.call('HGET', pool, id)
+    if v and at_place(v, topic, gone(KEYS[8], topic)) and now_ms - read48(v, AT) > stranded then
+      signal_list(sig, 1)
+    end
+  end
 end
 return out
