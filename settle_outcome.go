@@ -25,6 +25,7 @@ var ErrSkipRetry = errors.New("delayqueue: skip retry")
 // logged and observed as one. cause becomes its LastError. For a wait that
 // is no failure of the job's (a shared limit reached), use Snooze, or a
 // topic limit (SetLimits) that holds jobs back before they are reserved.
+// A negative delay retries at once (a Retry-After date already past).
 func RetryIn(delay time.Duration, cause error) error {
 	return &RetryInError{Delay: delay, Cause: cause}
 }
@@ -49,7 +50,8 @@ func (e *RetryInError) Unwrap() error { return e.Cause }
 // for a job that is not ready to be done yet (a rate limit of its own, a
 // resource still being prepared). A job snoozed forever never reaches the
 // dead letters. Consume logs it at debug level, not as a failure, and
-// the Observer sees EventSnoozed, not EventRetried.
+// the Observer sees EventSnoozed, not EventRetried. A negative delay puts
+// it back at once.
 func Snooze(delay time.Duration) error {
 	return &SnoozeError{Delay: delay}
 }

@@ -65,6 +65,18 @@ func TestRetryHonoursTheOutcomeItsCauseNames(t *testing.T) {
 		assert.Empty(t, got.LastError)
 		require.NoError(t, q.RescheduleIn(ctx, id, 0))
 		assert.Equal(t, 1, pop(id).Attempts)
+
+		// A negative delay, as a Retry-After date already past gives:
+		// back at once, where RetryAfter refuses it.
+		id = pushed(t, q, &Job{Topic: "t"})
+		job = pop(id)
+		assert.ErrorIs(t, q.RetryAfter(ctx, job, -time.Hour, errors.New("past")), ErrInvalidJob)
+		assert.Equal(t, StateReserved, state(id).State, "the refused call changed nothing")
+		require.NoError(t, q.Retry(ctx, job, RetryIn(-time.Hour, errors.New("past"))))
+		job = pop(id)
+		assert.Equal(t, 2, job.Attempts, "ready at once, the attempt counted")
+		require.NoError(t, q.Retry(ctx, job, Snooze(-time.Hour)))
+		assert.Equal(t, 2, pop(id).Attempts, "ready at once, the attempt not counted")
 	})
 }
 
