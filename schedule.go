@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -41,7 +42,9 @@ type Schedule struct {
 	// "@every 90s" is Every), in Location.
 	Cron string
 	// Location is the time zone of Cron; nil is UTC. It must be one that
-	// time.LoadLocation finds by name in every process (not time.Local).
+	// time.LoadLocation finds by name in every process (not time.Local),
+	// and that zone itself: only its name is stored, so a zone of its own
+	// under a zone's name (time.FixedZone("UTC", 3600)) is refused.
 	Location *time.Location
 	// Job is what each tick pushes: Topic, Body, TTR, MaxAttempts,
 	// Headers, DedupWindow. Its ID, Delay and RunAt come from the tick.
@@ -281,19 +284,31 @@ func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tickSpec, error) {
 	if err := validateScheduleName(s.Name); err != nil {
 		return nil, tickSpec{}, err
 	}
-	loc := "UTC"
+	loc, zone := "UTC", s.Location
 	if s.Location != nil {
 		loc = s.Location.String()
 		if s.Location == time.Local || loc == "Local" {
 			return nil, tickSpec{}, fmt.Errorf("%w: Location Local differs by process: name a zone (time.LoadLocation)", ErrInvalidSchedule)
 		}
-		if _, err := time.LoadLocation(loc); err != nil {
+		var err error
+		if zone, err = time.LoadLocation(loc); err != nil {
 			return nil, tickSpec{}, fmt.Errorf("%w: Location %q: %w", ErrInvalidSchedule, loc, err)
 		}
+		// Only the name is stored, and every process ticks by the zone
+		// it names: a zone of its own under that name would tick
+		// elsewhere (time.FixedZone("UTC", 5*3600), say).
+		if !sameZone(s.Location, zone) {
+			return nil, tickSpec{}, fmt.Errorf("%w: Location %q is not the zone of that name (time.LoadLocation)", ErrInvalidSchedule, loc)
+		}
 	}
-	spec, err := parseSpec(s.Every, s.Cron, s.Location)
+	spec, err := parseSpec(s.Every, s.Cron, zone)
 	if err != nil {
 		return nil, tickSpec{}, err
+	}
+	// Paused or not: a schedule that could never tick is refused now, not
+	// when it is resumed.
+	if spec.next(time.Now().UnixMilli()) < 0 {
+		return nil, tickSpec{}, fmt.Errorf("%w: %q never ticks", ErrInvalidSchedule, s.Name)
 	}
 	j := s.Job
 	switch {
@@ -312,6 +327,21 @@ func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tickSpec, error) {
 	return def, spec, nil
 }
 
+// sameZone reports whether a and b give the same offsets from UTC over the
+// coming two years, sampled every week.
+func sameZone(a, b *time.Location) bool {
+	t := time.Now()
+	for range 105 {
+		_, x := t.In(a).Zone()
+		_, y := t.In(b).Zone()
+		if x != y {
+			return false
+		}
+		t = t.Add(7 * 24 * time.Hour)
+	}
+	return true
+}
+
 // validateScheduleName accepts what validateTopic does, up to 100 bytes,
 // not beginning with "~".
 func validateScheduleName(name string) error {
@@ -322,6 +352,8 @@ func validateScheduleName(name string) error {
 		return fmt.Errorf("%w: Name of %d bytes, limit %d", ErrInvalidSchedule, len(name), maxScheduleName)
 	case strings.HasPrefix(name, generatedMark):
 		return fmt.Errorf("%w: Name %q begins with %q", ErrInvalidSchedule, name, generatedMark)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: Name %q is not UTF-8", ErrInvalidSchedule, name)
 	}
 	for _, r := range name {
 		if r == '{' || r == '}' || unicode.IsSpace(r) || !unicode.IsPrint(r) {

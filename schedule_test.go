@@ -176,6 +176,11 @@ func TestScheduleRefusesBadInputAndWritesNothing(t *testing.T) {
 		"never":          {Name: "n", Cron: "0 0 30 2 *", Job: job},
 		"cron tz":        {Name: "n", Cron: "CRON_TZ=UTC 0 8 * * *", Job: job},
 		"local":          {Name: "n", Cron: "0 8 * * *", Location: time.Local, Job: job},
+		"never, paused":  {Name: "n", Cron: "0 0 30 2 *", Paused: true, Job: job},
+		"not UTF-8":      {Name: "a\xffb", Every: time.Second, Job: job},
+		"unnamed zone":   {Name: "n", Cron: "0 8 * * *", Location: time.FixedZone("", 8*3600), Job: job},
+		"zone misnamed":  {Name: "n", Cron: "0 8 * * *", Location: time.FixedZone("UTC", 5*3600), Job: job},
+		"zone renamed":   {Name: "n", Cron: "0 8 * * *", Location: time.FixedZone("Europe/Berlin", 5*3600), Job: job},
 	} {
 		err := q.Schedule(ctx, s)
 		assert.ErrorIs(t, err, ErrInvalidSchedule, name)
@@ -194,6 +199,12 @@ func TestScheduleRefusesBadInputAndWritesNothing(t *testing.T) {
 	assert.Equal(t, before, keysOf(t, c))
 	assert.ErrorIs(t, q.Unschedule(ctx, "none"), ErrNotFound)
 	assert.ErrorIs(t, q.PauseSchedule(ctx, "none"), ErrNotFound)
+
+	// A zone is its name's: one loaded by it, or one that keeps its offsets.
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	require.NoError(t, q.Schedule(ctx, Schedule{Name: "berlin", Cron: "0 8 * * *", Location: berlin, Job: job}))
+	require.NoError(t, q.Schedule(ctx, Schedule{Name: "utc", Cron: "0 8 * * *", Location: time.FixedZone("UTC", 0), Job: job}))
 }
 
 func TestSchedulePauseResumeReplaceUnschedule(t *testing.T) {
