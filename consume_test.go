@@ -303,6 +303,47 @@ func TestCloseEndsAConsumeWhoseHandlersAreAllBusy(t *testing.T) {
 	})
 }
 
+// TestCloseFinishesTheJobOfALimitedTopicAndGivesItsSlotBack: a handler of
+// a topic at its concurrency limit that succeeds after Close finishes its
+// job and gives the slot back, rather than handing the slot on to a next
+// job that Close forbids taking.
+func TestCloseFinishesTheJobOfALimitedTopicAndGivesItsSlotBack(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		bg := context.Background()
+		q, name := queueToClose(t, be)
+		startQueue(t, q)
+		require.NoError(t, q.SetLimits(bg, "t", Limits{Concurrency: 1}))
+		first := pushed(t, q, &Job{Topic: "t"})
+		second := pushed(t, q, &Job{Topic: "t"})
+		started, release := make(chan string, 2), make(chan struct{})
+		errc := make(chan error, 1)
+		go func() {
+			errc <- q.Consume(bg, "t", func(ctx context.Context, job *Job) error {
+				started <- job.ID
+				<-release
+				return nil
+			}, ConsumeOptions{Concurrency: 1})
+		}()
+		running := <-started
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			closeQueue(t, q)
+		}()
+		require.Eventually(t, func() bool { return q.closed.Load() }, 10*time.Second, time.Millisecond)
+		close(release)
+		<-closed
+		assert.ErrorIs(t, <-errc, ErrClosed)
+
+		other := newQueue(t, be.client, WithName(name))
+		_, err := other.Get(bg, running)
+		assert.ErrorIs(t, err, ErrNotFound, "the job was finished")
+		job, err := other.Pop(bg, "t", 0)
+		require.NoError(t, err, "its slot was given back")
+		assert.Equal(t, map[string]bool{first: true, second: true}, map[string]bool{running: true, job.ID: true})
+	})
+}
+
 // work stands for a handler's work: it takes d, or ends with ctx.
 func work(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -328,13 +328,17 @@ const closeTimeout = 10 * time.Second
 
 // Close stops the bucket handlers, releases their leases so that other processes
 // take the buckets over at once, and ends waiting Pops with ErrClosed. Running
-// Consumes end as when their ctx ends: they take no more jobs, their handlers get
-// Grace to return, then their jobs go back to ready, and they return ErrClosed.
-// Close waits for every goroutine of the queue, those Consumes included, or
-// returns ctx.Err() when ctx ends first; the shutdown then goes on (its work in
-// Redis for at most 10 seconds). A handler that calls Close waits for its own
-// Consume: call it from elsewhere. Jobs stay in Redis. Calling Close again waits
-// for the same shutdown and returns what it returned.
+// Consumes take no more jobs: their handlers get Grace to return, then their jobs
+// go back to ready, and they return ErrClosed. Unlike after the end of Consume's
+// ctx, the handlers' own calls of the queue (a Push of a follow-up job, say) then
+// return ErrClosed: to drain handlers that use the queue, end Consume's ctx
+// first. Close waits for every goroutine of the queue, those Consumes and their
+// handlers included, or returns ctx.Err() when ctx ends first; the shutdown then
+// goes on (its work in Redis for at most 10 seconds). A handler that ignores its
+// ctx past Grace holds Close until it returns: give Close a ctx with a deadline.
+// A handler that calls Close waits for itself: call it from elsewhere. Jobs stay
+// in Redis. Calling Close again waits for the same shutdown and returns what it
+// returned.
 func (q *DelayQueue) Close(ctx context.Context) error {
 	if ctx == nil {
 		panic("delayqueue: Close with a nil Context")

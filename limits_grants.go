@@ -111,7 +111,8 @@ func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err 
 	}
 	// A consumer of this process waiting at the limit takes the grant
 	// over: no round trip to give it back, none to wake, none to take it.
-	if !q.limiter.handOver(topic, grant) {
+	// After Close, none takes it: it goes back.
+	if q.closed.Load() || !q.limiter.handOver(topic, grant) {
 		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
 	}
 }
