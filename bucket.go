@@ -27,6 +27,9 @@ type moveResult struct {
 	fresh bool
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
+	// signaled are the topics looked at for a lost signal (moveDue's
+	// stranded) whose waiting job got one.
+	signaled []string
 }
 
 type topicCount struct {
@@ -86,6 +89,10 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool
 	for i := 3; i+1 < len(reply); i += 2 {
 		topic, _ := reply[i].(string)
 		count, _ := reply[i+1].(int64)
+		if count == 0 {
+			r.signaled = append(r.signaled, topic)
+			continue
+		}
 		r.ready = append(r.ready, topicCount{topic, int(count)})
 	}
 	return r, nil

@@ -182,12 +182,18 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
 	}
+	if h.readied == nil && (len(res.ready) > 0 || len(res.signaled) > 0) {
+		h.readied = map[string]time.Time{}
+	}
 	for _, r := range res.ready {
 		h.q.observe(ctx, Event{Kind: EventMoved, Topic: r.topic, Count: r.count})
-		if h.readied == nil {
-			h.readied = map[string]time.Time{}
-		}
 		h.readied[r.topic] = now
+	}
+	// A signal given to a waiting job may be lost as the first was: the
+	// holder looks again a second later, until a look finds none waiting.
+	for _, topic := range res.signaled {
+		h.readied[topic] = now
+		log.Debug("delayqueue: signalled a ready job whose signal was lost", attrBucket, h.b, attrTopic, topic)
 	}
 	if h.q.opts.retention > 0 && time.Since(h.trimmed) >= h.q.opts.poll {
 		h.trimmed = time.Now()

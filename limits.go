@@ -91,8 +91,8 @@ func decodeLimits(s string) (Limits, error) {
 // SetLimits sets topic's limits, for every process: their consumers obey
 // them from their next reservation, within a second. The zero Limits
 // removes them. Jobs reserved under an earlier concurrency limit of the
-// topic count against a new one; those reserved while it had none (no
-// limits, or a Rate alone) do not. SetLimits returns ErrInvalidLimits for
+// topic count against a new one (not after a removal); those reserved
+// while it had none (no limits, or a Rate alone) do not. SetLimits returns ErrInvalidLimits for
 // values out of range (negative, a Per under 1ms or over 24h, a Per with
 // no Rate) and ErrInvalidTopic for a bad topic; then nothing changes.
 func (q *DelayQueue) SetLimits(ctx context.Context, topic string, l Limits) error {

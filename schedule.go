@@ -284,6 +284,11 @@ func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tickSpec, error) {
 	if err := validateScheduleName(s.Name); err != nil {
 		return nil, tickSpec{}, err
 	}
+	// Checked here, where a schedule is made, and not where one is named:
+	// one made before this check can still be paused and unscheduled.
+	if !utf8.ValidString(s.Name) {
+		return nil, tickSpec{}, fmt.Errorf("%w: Name %q is not UTF-8", ErrInvalidSchedule, s.Name)
+	}
 	loc, zone := "UTC", s.Location
 	if s.Location != nil {
 		loc = s.Location.String()
@@ -352,8 +357,6 @@ func validateScheduleName(name string) error {
 		return fmt.Errorf("%w: Name of %d bytes, limit %d", ErrInvalidSchedule, len(name), maxScheduleName)
 	case strings.HasPrefix(name, generatedMark):
 		return fmt.Errorf("%w: Name %q begins with %q", ErrInvalidSchedule, name, generatedMark)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: Name %q is not UTF-8", ErrInvalidSchedule, name)
 	}
 	for _, r := range name {
 		if r == '{' || r == '}' || unicode.IsSpace(r) || !unicode.IsPrint(r) {

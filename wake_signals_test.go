@@ -1441,7 +1441,7 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 		name := uniqueName(t)
 		holder := newQueue(t, be.client, WithName(name))
 		startQueue(t, holder)
-		id := pushed(t, holder, &Job{Topic: "t", TTR: 2 * time.Second})
+		id := pushed(t, holder, &Job{Topic: "t", TTR: 5 * time.Second})
 		job, err := holder.Pop(ctx, "t", 0)
 		require.NoError(t, err)
 		require.Equal(t, id, job.ID) // never finished: back at its TTR
@@ -1477,7 +1477,7 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 		other := newQueue(t, be.client, WithName(name))
 		got := make(chan string, 1)
 		go func() {
-			job, err := other.Pop(ctx, "t", 10*time.Second)
+			job, err := other.Pop(ctx, "t", 15*time.Second)
 			if err != nil {
 				got <- err.Error()
 				return
@@ -1491,5 +1491,36 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 
 		require.NoError(t, <-swallowed, "the job came back, and its signal went to the frozen process")
 		assert.Equal(t, id, <-got, "the waiting consumer took the job all the same")
+	})
+}
+
+// TestAHolderLooksPastTracesForAJobWhoseSignalWasLost: the holder's look
+// for a lost signal finds the first ready job of the list past the traces
+// of jobs that left it, gives it a signal once it has waited a second with
+// none left, and says so, to look again.
+func TestAHolderLooksPastTracesForAJobWhoseSignalWasLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		gone := pushed(t, q, &Job{Topic: "t"})
+		waiting := pushed(t, q, &Job{Topic: "t"})
+		require.NoError(t, q.Remove(ctx, gone)) // its entry stays at the head
+		signals := q.keys.bucket(0).signals("t")
+		require.NoError(t, be.client.Del(ctx, signals).Err()) // lost
+		res, err := q.moveDue(ctx, 0, "token", false, "t")
+		require.NoError(t, err)
+		assert.Empty(t, res.signaled, "not before the job has waited a second")
+		require.Eventually(t, func() bool {
+			res, err := q.moveDue(ctx, 0, "token", false, "t")
+			require.NoError(t, err)
+			return slices.Equal(res.signaled, []string{"t"})
+		}, 10*time.Second, 10*time.Millisecond)
+		assert.EqualValues(t, 1, be.client.LLen(ctx, signals).Val(), "one signal")
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		assert.Equal(t, waiting, job.ID)
+		res, err = q.moveDue(ctx, 0, "token", false, "t")
+		require.NoError(t, err)
+		assert.Empty(t, res.signaled, "none waits now")
 	})
 }

@@ -16,7 +16,8 @@
 -- holder made ready over a second ago, to look for a lost signal (below)
 -- returns {moved, next_due_in_us or -1, fresh, topic, count, topic, count,
 -- ...} with how many jobs became ready per topic, fresh being 1 when the
--- call took a free lease or the bucket over (0 when it extended its own);
+-- call took a free lease or the bucket over (0 when it extended its own),
+-- and count 0 for a topic of ARGV[6..] whose waiting job got a signal;
 -- {-2, next_due_in_us or -1, lease ttl ms} when the caller is the standby;
 -- {-1, standby ttl ms} when other tokens hold both leases.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
@@ -178,18 +179,29 @@ end
 -- or cut off without its connection closing) is lost with it, and the
 -- consumers that wait elsewhere do not wake for its job. So, a second
 -- after it made jobs of a topic ready, the holder looks at the topic's
--- list: a job that heads it, ready for over a second while no signal is
--- left, gets one. Its consumer's call signals the job behind it, if that
--- one waited too (reserve.lua).
+-- list: the first job in it (past up to 7 traces of jobs that left it),
+-- ready for over a second while no signal is left, gets one, and the
+-- reply says so: the holder looks again a second later, should that
+-- signal be lost too. Its consumer's call signals the job behind it, if
+-- that one waited too (reserve.lua).
 local stranded = 1000
 for i = 6, #ARGV do
   local topic = ARGV[i]
   local sig = sig_prefix .. topic
   if redis.call('LLEN', sig) == 0 then
-    local id = redis.call('LRANGE', ready_prefix .. topic, 0, 0)[1]
-    local v = id and redis.call('HGET', pool, id)
-    if v and at_place(v, topic, gone(KEYS[8], topic)) and now_ms - read48(v, AT) > stranded then
-      signal_list(sig, 1)
+    local ids = redis.call('LRANGE', ready_prefix .. topic, 0, 7)
+    if #ids > 0 then
+      local vs, head = redis.call('HMGET', pool, unpack(ids)), gone(KEYS[8], topic)
+      for k = 1, #ids do
+        if at_place(vs[k], topic, head + k - 1) then
+          if now_ms - read48(vs[k], AT) > stranded then
+            signal_list(sig, 1)
+            out[#out + 1] = topic
+            out[#out + 1] = 0
+          end
+          break
+        end
+      end
     end
   end
 end
