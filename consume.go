@@ -79,7 +79,10 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 	q.mu.Unlock()
 	defer q.consumes.Done()
 
-	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: ctx, concurrency: opts.Concurrency,
+	// Close ends the popping as the end of ctx does.
+	popping, stopPopping := q.untilClosed(ctx)
+	defer stopPopping()
+	c := &consumer{q: q, handler: handler, maxRun: opts.MaxRunTime, popping: popping, concurrency: opts.Concurrency,
 		running: map[*Job]*running{}, kick: make(chan struct{}, 1)}
 	// Handlers outlive ctx by the grace period; their own context ends then.
 	var stopHandlers context.CancelFunc
@@ -97,7 +100,10 @@ func (q *DelayQueue) Consume(ctx context.Context, topic string, handler Handler,
 		<-kept
 	}()
 
-	err := c.fetch(ctx, topic, opts.Concurrency)
+	err := c.fetch(popping, topic, opts.Concurrency)
+	if err == nil && ctx.Err() == nil && q.closed.Load() {
+		err = ErrClosed
+	}
 
 	done := make(chan struct{})
 	go func() {
@@ -122,7 +128,7 @@ type consumer struct {
 	concurrency int
 	maxRun      time.Duration   // 0: the default
 	ctx         context.Context // the handlers' context
-	popping     context.Context // Consume's: it takes jobs until this ends
+	popping     context.Context // Consume's ctx, ended by Close too: it takes jobs until this ends
 	wg          sync.WaitGroup
 	kick        chan struct{} // buffered: a job started; the keeper plans again
 
@@ -155,8 +161,6 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
-		case <-c.q.done:
-			return ErrClosed
 		}
 		free := 1
 	more:
@@ -202,8 +206,6 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 			case <-wait.C:
 			case <-ctx.Done():
 				return nil
-			case <-c.q.done:
-				return ErrClosed
 			}
 			continue
 		}
@@ -259,8 +261,6 @@ func (c *consumer) gather(ctx context.Context, slots chan<- struct{}, n int) int
 		case <-t.C:
 			return took
 		case <-ctx.Done():
-			return took
-		case <-c.q.done:
 			return took
 		}
 	}

@@ -75,7 +75,7 @@ func (c *consumer) run(ctx context.Context, job *Job, returned func()) {
 // and its handler's context, or nil once returned is called.
 func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job, context.Context) {
 	err := c.call(ctx, job)
-	handOn := err == nil && job.grant != "" && !c.stopping() && c.q.limiter.handsOn(job.Topic)
+	handOn := err == nil && job.grant != "" && c.popping.Err() == nil && c.q.limiter.handsOn(job.Topic)
 	switch {
 	case handOn:
 		// The slot waits for the next job, reserved as this one is
@@ -115,7 +115,7 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 			err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, 0, c.concurrency)
 			c.q.settledGrant(sctx, job.Topic, job.grant, err)
 		}
-		if next != nil && c.stopping() {
+		if next != nil && c.popping.Err() != nil {
 			// Consume stopped taking jobs meanwhile: the job goes back.
 			if rerr := c.q.release(sctx, next); rerr != nil {
 				log.Warn("delayqueue: cannot release a job reserved at shutdown; it comes back after its TTR",
@@ -156,12 +156,6 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 // usually comes sooner (the reserve that fetches the next jobs; with
 // 8 processes sharing a busy queue, one about every 3 ms each).
 const settleWithin = 5 * time.Millisecond
-
-// stopping reports whether Consume takes no more jobs: its ctx ended, or
-// the queue was closed.
-func (c *consumer) stopping() bool {
-	return c.popping.Err() != nil || c.q.closed.Load()
-}
 
 // call runs the handler, turning a panic into an error.
 func (c *consumer) call(ctx context.Context, job *Job) (err error) {

@@ -228,6 +228,25 @@ func TestConsumeRejectsBadArguments(t *testing.T) {
 	assert.ErrorIs(t, q.Consume(ctx, "t", h, ConsumeOptions{}), ErrClosed)
 }
 
+// consumeAsync runs Consume of topic "t" with h in the background, until
+// the test closes the queue; Consume's error comes on the channel.
+func consumeAsync(q *DelayQueue, h Handler, opts ConsumeOptions) <-chan error {
+	errc := make(chan error, 1)
+	go func() { errc <- q.Consume(context.Background(), "t", h, opts) }()
+	return errc
+}
+
+// closeAsync closes q in the background; the channel closes when Close
+// has returned.
+func closeAsync(t *testing.T, q *DelayQueue) <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		closeQueue(t, q)
+	}()
+	return closed
+}
+
 // queueToClose opens a queue of the test's own name that the test closes
 // itself, with jobs that stay reserved an hour.
 func queueToClose(t *testing.T, be backend) (*DelayQueue, string) {
@@ -244,20 +263,13 @@ func TestConsumeSettlesRunningJobsAfterClose(t *testing.T) {
 		q, name := queueToClose(t, be)
 		id := pushed(t, q, &Job{Topic: "t"})
 		started, release := make(chan struct{}), make(chan struct{})
-		errc := make(chan error, 1)
-		go func() {
-			errc <- q.Consume(bg, "t", func(ctx context.Context, job *Job) error {
-				close(started)
-				<-release
-				return nil
-			}, ConsumeOptions{})
-		}()
+		errc := consumeAsync(q, func(ctx context.Context, job *Job) error {
+			close(started)
+			<-release
+			return nil
+		}, ConsumeOptions{})
 		<-started
-		closed := make(chan struct{})
-		go func() {
-			defer close(closed)
-			closeQueue(t, q) // Close stops Consume, and waits for its running handler
-		}()
+		closed := closeAsync(t, q) // Close stops Consume, and waits for its running handler
 		close(release)
 		<-closed
 		// Close waited for Consume: the job is settled once it returns.
@@ -280,15 +292,12 @@ func TestCloseEndsAConsumeWhoseHandlersAreAllBusy(t *testing.T) {
 		busy := pushed(t, q, &Job{Topic: "t"})
 		started := make(chan struct{})
 		var ended atomic.Value
-		errc := make(chan error, 1)
-		go func() {
-			errc <- q.Consume(bg, "t", func(ctx context.Context, job *Job) error {
-				close(started)
-				<-ctx.Done() // busy until told to stop
-				ended.Store(context.Cause(ctx))
-				return ctx.Err()
-			}, ConsumeOptions{Concurrency: 1, Grace: 50 * time.Millisecond})
-		}()
+		errc := consumeAsync(q, func(ctx context.Context, job *Job) error {
+			close(started)
+			<-ctx.Done() // busy until told to stop
+			ended.Store(context.Cause(ctx))
+			return ctx.Err()
+		}, ConsumeOptions{Concurrency: 1, Grace: 50 * time.Millisecond})
 		<-started
 		closeQueue(t, q)
 		// Close waited for Consume: its handler has ended and its job is
@@ -316,20 +325,13 @@ func TestCloseFinishesTheJobOfALimitedTopicAndGivesItsSlotBack(t *testing.T) {
 		first := pushed(t, q, &Job{Topic: "t"})
 		second := pushed(t, q, &Job{Topic: "t"})
 		started, release := make(chan string, 2), make(chan struct{})
-		errc := make(chan error, 1)
-		go func() {
-			errc <- q.Consume(bg, "t", func(ctx context.Context, job *Job) error {
-				started <- job.ID
-				<-release
-				return nil
-			}, ConsumeOptions{Concurrency: 1})
-		}()
+		errc := consumeAsync(q, func(ctx context.Context, job *Job) error {
+			started <- job.ID
+			<-release
+			return nil
+		}, ConsumeOptions{Concurrency: 1})
 		running := <-started
-		closed := make(chan struct{})
-		go func() {
-			defer close(closed)
-			closeQueue(t, q)
-		}()
+		closed := closeAsync(t, q)
 		require.Eventually(t, func() bool { return q.closed.Load() }, 10*time.Second, time.Millisecond)
 		close(release)
 		<-closed

@@ -323,6 +323,20 @@ func (q *DelayQueue) startHandlers(ctx context.Context) error {
 	return nil
 }
 
+// untilClosed returns a context that ends with ctx, or when the queue is
+// closed.
+func (q *DelayQueue) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-q.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // closeTimeout bounds the work Close does in Redis: releasing the leases.
 const closeTimeout = 10 * time.Second
 

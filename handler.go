@@ -60,7 +60,7 @@ func (h *bucketHandler) untilStranded(now time.Time) time.Duration {
 }
 
 func newBucketHandler(q *DelayQueue, b int) *bucketHandler {
-	return &bucketHandler{q: q, b: b, lease: bucketLease{token: newToken()}, sig: make(chan struct{}, 1)}
+	return &bucketHandler{q: q, b: b, lease: bucketLease{token: newToken()}, sig: make(chan struct{}, 1), readied: map[string]time.Time{}}
 }
 
 // wake asks the handler to look at its bucket after delay: a job became
@@ -181,9 +181,6 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)
-	}
-	if h.readied == nil && (len(res.ready) > 0 || len(res.signaled) > 0) {
-		h.readied = map[string]time.Time{}
 	}
 	for _, r := range res.ready {
 		h.q.observe(ctx, Event{Kind: EventMoved, Topic: r.topic, Count: r.count})

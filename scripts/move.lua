@@ -184,24 +184,16 @@ end
 -- reply says so: the holder looks again a second later, should that
 -- signal be lost too. Its consumer's call signals the job behind it, if
 -- that one waited too (reserve.lua).
-local stranded = 1000
 for i = 6, #ARGV do
   local topic = ARGV[i]
   local sig = sig_prefix .. topic
   if redis.call('LLEN', sig) == 0 then
-    local ids = redis.call('LRANGE', ready_prefix .. topic, 0, 7)
-    if #ids > 0 then
-      local vs, head = redis.call('HMGET', pool, unpack(ids)), gone(KEYS[8], topic)
-      for k = 1, #ids do
-        if at_place(vs[k], topic, head + k - 1) then
-          if now_ms - read48(vs[k], AT) > stranded then
-            signal_list(sig, 1)
-            out[#out + 1] = topic
-            out[#out + 1] = 0
-          end
-          break
-        end
-      end
+    local head = gone(KEYS[8], topic)
+    local before, v = first_ready(ready_prefix .. topic, pool, topic, head, 7)
+    if stranded_at(v, topic, head + before, now_ms) then
+      signal_list(sig, 1)
+      out[#out + 1] = topic
+      out[#out + 1] = 0
     end
   end
 end

@@ -108,9 +108,6 @@ local RESERVE_NO_SIGNAL = -1
 -- In place of the signals left: none, and the list holds no job.
 local RESERVE_DRY = -2
 
--- stranded is how long a job may wait with no signal left before a
--- call takes it regardless.
-local stranded = 1000
 
 -- Redis's Lua unpacks at most 8,000 values: the caller asks for at most
 -- maxReserve (ready.go), and the script never takes more than 1,000.
@@ -217,7 +214,7 @@ local function looked_lately()
   if until_ms and until_ms > now_ms then
     return true
   end
-  redis.call('SET', KEYS[10], string.format('%d', now_ms + stranded), 'PX', stranded)
+  redis.call('SET', KEYS[10], string.format('%d', now_ms + STRANDED_MS), 'PX', STRANDED_MS)
   return false
 end
 local left = redis.call('LLEN', signals) -- the signals the list holds
@@ -261,39 +258,9 @@ local function trimmed(n, more, n_ready)
 end
 
 -- waited_at reports whether v, the job of the list's entry at place at,
--- is ready there and has been for over a second.
+-- is ready there and has been for over a second (lib/entries.lua).
 local function waited_at(v, at)
-  return at_place(v, topic, at) and now_ms - read48(v, AT) > stranded
-end
-
--- first_job finds the list's first entry that stands for a ready job,
--- looking past up to skips stale entries (the traces of jobs that left
--- the ready state) at its head, which no call with signals may have
--- come to drop. It returns how many entries lie before it, and the
--- job; or, when it found none, how many stale entries to drop (skips at
--- most) and whether the list holds more.
-local function first_job()
-  local id = redis.call('LRANGE', ready, 0, 0)[1]
-  if not id then
-    return 0, nil, false
-  end
-  local v = redis.call('HGET', pool, id)
-  if at_place(v, topic, head) then
-    return 0, v
-  end
-  local ids = redis.call('LRANGE', ready, 1, skips)
-  if #ids == 0 then
-    return 1, nil, false
-  end
-  local vs = redis.call('HMGET', pool, unpack(ids))
-  for i = 1, #ids do
-    if at_place(vs[i], topic, head + i) then
-      return i, vs[i]
-    end
-  end
-  -- 1 + #ids entries, all stale: when that is more than skips, the
-  -- last of them stays for the next look.
-  return math.min(1 + #ids, skips), nil, #ids == skips
+  return stranded_at(v, topic, at, now_ms)
 end
 
 local want = math.min(asked, held + left)
@@ -304,7 +271,7 @@ local waiting, dropped, looked, status = false, 0, false, RESERVE_FILLED
 if mode == RESERVE_GREEDY then
   want = asked
 elseif want == 0 then
-  local before, v, more = first_job()
+  local before, v, more = first_ready(ready, pool, topic, head, skips)
   dropped, looked = before, true
   if waited_at(v, head + before) then
     want = 1
