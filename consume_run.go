@@ -112,7 +112,7 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 		if errors.Is(err, ErrClosed) {
 			// Close came meanwhile: no hand-on. The job is finished
 			// alone, and its grant given back.
-			err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, 0, c.concurrency)
+			err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, true, 0, c.concurrency)
 			c.q.settledGrant(sctx, job.Topic, job.grant, err)
 		}
 		if next != nil && c.popping.Err() != nil {
@@ -135,7 +135,7 @@ func (c *consumer) runOne(ctx context.Context, job *Job, returned func()) (*Job,
 		if job.grant != "" {
 			within = 0
 		}
-		err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, within, c.concurrency)
+		err = c.q.finishWithin(sctx, job.ID, job.reservation, job.Topic, job.grant != "", within, c.concurrency)
 		c.q.settledGrant(sctx, job.Topic, job.grant, err)
 	case c.ctx.Err() != nil:
 		err = c.q.release(sctx, job) // stopped by shutdown, not failed

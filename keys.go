@@ -26,6 +26,7 @@ import (
 //	dq:{name:b}:deadtopics     SET   topics with dead letters in the bucket
 //	dq:{name:b}:leases         STRING  counter that numbers the bucket's reservations
 //	dq:{name:b}:rsv:<slot>     STRING  what a reserve call reserved, until the process's next call there writes over it
+//	dq:{name:b}:grant:<id>     STRING  "<reservation>\n<grant>": the grant of capacity a reserved job of a topic with a concurrency limit holds, for as long as its reservation and a second (scripts/lib/grants.lua)
 //	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
 //	dq:{name:b}:counts         HASH  "<state>:<topic>" -> how many of the bucket's jobs of topic are delayed (1), ready (2) or reserved (3)
 //	dq:{name:b}:sig:<topic>    LIST  one ready signal per ready job not yet claimed, which waiting consumers pop (BLPOP)
@@ -67,7 +68,7 @@ type keyspace struct {
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
-	sigPrefix, standby, paused, pokePrefix, lostPrefix                                          string
+	sigPrefix, standby, paused, pokePrefix, lostPrefix, grants                                  string
 	schedules, ticks, lastTicks, watched                                                        string
 	wake                                                                                        string // channel
 }
@@ -85,6 +86,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			deadTopics:   prefix + "deadtopics",
 			reservations: prefix + "leases",
 			records:      prefix + "rsv:",
+			grants:       prefix + "grant:",
 			dedup:        prefix + "dedup",
 			counts:       prefix + "counts",
 			sigPrefix:    prefix + "sig:",

@@ -30,6 +30,26 @@ type grant struct {
 	handed   string // or the one grant handed over by a settled job (renew)
 	n        int
 	deadline int64
+	// counted says that the topic has a Concurrency: its grants are held
+	// until their jobs are settled, and recorded beside them
+	// (scripts/lib/grants.lua). A Rate's alone are not given back.
+	counted bool
+}
+
+// names is what reserve.lua records as the grants of the jobs a reserve
+// call reserves for g, the from-th (from 0) to the from+n-1-th: none when
+// g does not count.
+func (g *grant) names(from, n int) []string {
+	if g == nil || !g.counted {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		if from+i < g.n {
+			out[i] = g.name(from + i + 1)
+		}
+	}
+	return out
 }
 
 // name is the name of grant i (from 1).
@@ -60,7 +80,7 @@ func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *gr
 	// from its record, and grants nothing twice.
 	q.resendUnanswered(ctx, calls, resendWindow)
 	res, err := calls[0].cmd.Int64Slice()
-	if err == nil && len(res) != 5 {
+	if err == nil && len(res) != 6 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
@@ -73,19 +93,23 @@ func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *gr
 		q.limiter.answered(q.keys.grantRecord(call))
 	}
 	q.limiter.rated(topic, res[4] == 1)
-	return &grant{topic: topic, call: call, n: int(res[0]), deadline: res[1]},
+	return &grant{topic: topic, call: call, n: int(res[0]), deadline: res[1], counted: res[5] == 1},
 		time.Duration(res[2]) * time.Millisecond, res[3] == 1, nil
 }
 
 // bind gives each reserved job one of g's grants, moves the deadline of
 // those whose reservations run past it, and gives back the grants no job
-// used. A failure is logged: the grants run out at their deadline.
+// used. A failure is logged: the grants run out at their deadline. A
+// grant of a Rate alone is not held: its job holds none.
 func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
 	if g == nil {
 		return
 	}
 	gb := &giveBack{topic: g.topic}
 	for i, job := range jobs {
+		if !g.counted {
+			continue
+		}
 		job.grant = g.name(i + 1)
 		q.limiter.sawTTR(g.topic, job.TTR)
 		// A grant lasts as its job's reservation, give or take the slack.
@@ -111,8 +135,10 @@ func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err 
 	}
 	// A consumer of this process waiting at the limit takes the grant
 	// over: no round trip to give it back, none to wake, none to take it.
-	// After Close, none takes it: it goes back.
-	if q.closed.Load() || !q.limiter.handOver(topic, grant) {
+	// After Close, none takes it: it goes back. So does the grant of a
+	// job no longer held (err): whoever settled it may be giving it back
+	// (scripts/lib/grants.lua), and a consumer must not reserve with it.
+	if q.closed.Load() || err != nil || !q.limiter.handOver(topic, grant) {
 		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
 	}
 }
@@ -293,7 +319,7 @@ type blpopResult struct {
 // reserves already: the grant it returns is known good once renewed says
 // so (bindRenewed).
 func (q *DelayQueue) renew(ctx context.Context, topic, name string) (*grant, chan error) {
-	g := &grant{topic: topic, handed: name, n: 1}
+	g := &grant{topic: topic, handed: name, n: 1, counted: true}
 	renewed := make(chan error, 1)
 	go func() {
 		calls := []*scriptCall{q.renewCall(topic, name)}

@@ -75,10 +75,12 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 	for i, l := range lists {
 		resumes[i] = w.resumed(l.Key.topic)
 		var args []any
+		var grants []string
 		for _, r := range l.Reqs {
-			args = append(args, r.In.job.ID, r.In.job.reservation)
+			args = append(args, r.In.job.ID, r.In.job.reservation, grantFlag(true))
+			grants = append(grants, r.In.job.grant)
 		}
-		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, reserveGreedy, args, 0))
+		ress = append(ress, q.reserveCall(l.Key.b, l.Key.topic, len(l.Reqs), 0, reserveGreedy, args, 0, grants...))
 	}
 	for _, t := range topics {
 		var grants []string
@@ -118,12 +120,18 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 				continue
 			}
 			// The reserve ran after the job's finish, in the same
-			// script: whatever the finish said, its grant is free for
-			// the new job.
+			// script: the grant is free for the new job when the finish
+			// took effect. A job no longer held was settled elsewhere,
+			// and whoever settled it may be giving its grant back
+			// (scripts/lib/grants.lua): the new job goes back to ready.
 			next := jobs[:1]
 			jobs = jobs[1:]
-			g := &grant{topic: c.job.Topic, handed: c.job.grant, n: 1}
-			if err := renewed[c](g); err != nil {
+			g := &grant{topic: c.job.Topic, handed: c.job.grant, n: 1, counted: true}
+			err := renewed[c](g)
+			if err == nil && c.err != nil {
+				err = errNotRenewed
+			}
+			if err != nil {
 				q.unrenewed(ctx, g, err, next)
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -348,17 +349,7 @@ func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
 		require.NoError(t, err)
 		j2, err := a.Pop(ctx, "t", 0)
 		require.NoError(t, err)
-		got := make(chan *Job, 1)
-		go func() {
-			job, err := a.Pop(ctx, "t", time.Minute)
-			assert.NoError(t, err)
-			got <- job
-		}()
-		require.Eventually(t, func() bool {
-			a.limiter.mu.Lock()
-			defer a.limiter.mu.Unlock()
-			return len(a.limiter.waiting["t"]) == 1
-		}, 30*time.Second, time.Millisecond, "the Pop waits at the limit")
+		got := popAtTheLimit(t, a)
 		require.NoError(t, b.SetLimits(ctx, "t", Limits{Concurrency: 1}))
 		require.NoError(t, a.Finish(ctx, j1.ID)) // its grant goes to the waiting Pop, which cannot renew it
 		_, err = b.Pop(ctx, "t", 0)
@@ -380,4 +371,170 @@ func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
 func twoInstances(t *testing.T, c redis.UniversalClient) (*DelayQueue, *DelayQueue) {
 	name := uniqueName(t)
 	return newQueue(t, c, WithName(name)), newQueue(t, c, WithName(name))
+}
+
+// A job's slot is free once the job is finished or removed, whichever
+// process does it: its grant is recorded beside it, not only in the
+// process that reserved it. Its reservation (an hour) is far from over.
+func TestAnyProcessThatSettlesAJobFreesItsSlot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		a, b := oneSlot(t, be, 4)
+		pop := func(q *DelayQueue) *Job {
+			t.Helper()
+			job, err := q.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			return job
+		}
+		atLimit := func(q *DelayQueue, why string) {
+			t.Helper()
+			_, err := q.Pop(ctx, "t", 0)
+			require.ErrorIs(t, err, ErrNoJob, why)
+		}
+
+		j1 := pop(a)
+		atLimit(b, "one reserved: at the limit")
+		require.NoError(t, b.Finish(ctx, j1.ID), "finished by ID where it was not popped")
+		j2 := pop(b)
+		atLimit(a, "j2 holds the slot")
+		require.NoError(t, a.Remove(ctx, j2.ID), "removed where it was not popped")
+		j3 := pop(a)
+		require.NoError(t, a.Remove(ctx, j3.ID), "removed where it was popped")
+		j4 := pop(b)
+		assert.ErrorIs(t, a.Finish(ctx, j1.ID), ErrNotFound, "settled elsewhere")
+		atLimit(a, "a late Finish of a job settled elsewhere frees no other job's slot")
+		require.NoError(t, b.Finish(ctx, j4.ID))
+		for _, k := range keysOf(t, be.client) {
+			if strings.HasPrefix(k, "dq:{"+a.opts.name+":") {
+				assert.NotContains(t, k, ":grant:", "the grants recorded went with their jobs")
+			}
+		}
+	})
+}
+
+// Touch extends what a job's grant is recorded for with its reservation.
+func TestTouchKeepsAJobsGrantRecorded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		a, b := oneSlot(t, be, 2)
+		job, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		key := a.keys.bucket(bucketOf(job.ID, a.opts.buckets)).grants + job.ID
+		// As if the first hour had nearly passed.
+		require.NoError(t, be.client.PExpire(ctx, key, time.Second).Err())
+		require.NoError(t, a.Touch(ctx, job))
+		ttl, err := be.client.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 59*time.Minute, "recorded as long as the reservation lasts")
+		require.NoError(t, b.Finish(ctx, job.ID))
+		_, err = b.Pop(ctx, "t", 0)
+		assert.NoError(t, err, "the slot came free")
+	})
+}
+
+// A Consume handler's job that another process finished meanwhile does
+// not hand its grant on to the next job: that process gives the grant
+// back, maybe only once the next job runs, which would then not count.
+// Here the other process's give-back waits until the consumer's next job
+// runs: that job must hold a slot of its own.
+func TestAGrantGivenBackElsewhereIsNotHandedOn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		a, b := oneSlot(t, be, 3)
+		startQueue(t, a)
+		first, next := make(chan *Job, 1), make(chan *Job, 3)
+		proceed, hold := make(chan struct{}), make(chan struct{})
+		var calls atomic.Int32
+		consumed := make(chan error, 1)
+		go func() {
+			consumed <- a.Consume(ctx, "t", func(_ context.Context, job *Job) error {
+				if calls.Add(1) == 1 {
+					first <- job
+					<-proceed
+					return nil
+				}
+				next <- job
+				<-hold // holds its slot
+				return nil
+			}, ConsumeOptions{Concurrency: 1})
+		}()
+		job := <-first
+		grant := finishHoldingItsGrant(t, b, job.ID)
+		close(proceed)
+		<-next
+		b.giveBackNow(ctx, &giveBack{topic: "t", settled: []string{grant}})
+		_, err := b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "the running job holds the only slot")
+		cancel()
+		close(hold)
+		require.NoError(t, <-consumed)
+	})
+}
+
+// Nor does a popped job's Finish that finds it settled elsewhere hand its
+// grant over to a Pop of the process that waits at the limit.
+func TestAGrantGivenBackElsewhereIsNotHandedOver(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		a, b := oneSlot(t, be, 3)
+		job, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		got := popAtTheLimit(t, a)
+		grant := finishHoldingItsGrant(t, b, job.ID)
+		assert.ErrorIs(t, a.Finish(ctx, job.ID), ErrNotFound)
+		next := <-got
+		require.NotNil(t, next)
+		b.giveBackNow(ctx, &giveBack{topic: "t", settled: []string{grant}})
+		_, err = b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "the job a popped holds the only slot")
+		require.NoError(t, a.Finish(ctx, next.ID))
+	})
+}
+
+// finishHoldingItsGrant finishes job id as finish.lua does for a process
+// that did not reserve it, and returns the job's grant, which the caller
+// gives back when it pleases.
+func finishHoldingItsGrant(t *testing.T, q *DelayQueue, id string) string {
+	t.Helper()
+	bk := q.keys.bucket(bucketOf(id, q.opts.buckets))
+	call := &scriptCall{script: scriptFinish, keys: bk.finishKeys(), args: []any{id, "", ""}}
+	q.sendCalls(context.Background(), []*scriptCall{call})
+	res, err := call.cmd.Slice()
+	require.NoError(t, err)
+	require.Len(t, res, 4, "finished, with its grant")
+	require.Equal(t, int64(finishDone), res[0])
+	grant, _ := res[3].(string)
+	require.NotEmpty(t, grant)
+	return grant
+}
+
+// popAtTheLimit pops a job of topic "t" from q in the background, once
+// that Pop waits at the topic's limit.
+func popAtTheLimit(t *testing.T, q *DelayQueue) <-chan *Job {
+	t.Helper()
+	got := make(chan *Job, 1)
+	go func() {
+		job, err := q.Pop(context.Background(), "t", time.Minute)
+		assert.NoError(t, err)
+		got <- job
+	}()
+	require.Eventually(t, func() bool {
+		q.limiter.mu.Lock()
+		defer q.limiter.mu.Unlock()
+		return len(q.limiter.waiting["t"]) == 1
+	}, 30*time.Second, time.Millisecond, "the Pop waits at the limit")
+	return got
+}
+
+// oneSlot is two instances of one queue whose topic "t" has a concurrency
+// limit of 1 and jobs ready jobs, each with a TTR of an hour.
+func oneSlot(t *testing.T, be backend, jobs int) (*DelayQueue, *DelayQueue) {
+	t.Helper()
+	a, b := twoInstances(t, be.client)
+	require.NoError(t, a.SetLimits(context.Background(), "t", Limits{Concurrency: 1}))
+	for range jobs {
+		pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+	}
+	return a, b
 }

@@ -52,18 +52,28 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 // returns ErrNotFound when no such job exists. A reserved job's consumer is
 // not stopped (docs/guarantees.md); work that must not run after a
 // cancellation needs its own check (docs/patterns.md, pay versus cancel).
+// A reserved job's slot under a concurrency limit is free when it returns.
 func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	b, err := q.openBucketOfID(id)
 	if err != nil {
 		return err
 	}
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics, bk.counts}, id).Int64()
+	res, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics, bk.counts, bk.grants}, id).Slice()
+	if err == nil && len(res) != 1 && len(res) != 3 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}
-	if r == removeNoJob {
+	if r, _ := res[0].(int64); r == removeNoJob {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if len(res) == 3 {
+		// A reserved job's grant, whichever process holds it.
+		topic, _ := res[1].(string)
+		grant, _ := res[2].(string)
+		q.settledGrant(context.WithoutCancel(ctx), topic, grant, nil)
 	}
 	q.held.settled(id, 0)
 	return nil

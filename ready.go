@@ -31,6 +31,7 @@ type reserveCall struct {
 	want   int
 	held   int // signals the consumer holds
 	mode   reserveMode
+	grants []string // the grant each job reserved holds, in order (grant.names)
 	jobs   []*Job
 	status reserveStatus
 	// left is the signals the list holds after the call; or, when none,
@@ -40,11 +41,11 @@ type reserveCall struct {
 }
 
 // reserve pops and reserves up to want ready jobs of topic from bucket b,
-// with held signals of the caller's, and says how the call ended and how
-// many signals are left. Pops that look at the same list at the same time
-// share one script call.
-func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want, held int, mode reserveMode) (*reserveCall, error) {
-	c := &reserveCall{b: b, topic: topic, want: want, held: held, mode: mode}
+// with held signals of the caller's, each job with its grant of grants,
+// and says how the call ended and how many signals are left. Pops that
+// look at the same list at the same time share one script call.
+func (q *DelayQueue) reserve(ctx context.Context, b int, topic string, want, held int, mode reserveMode, grants ...string) (*reserveCall, error) {
+	c := &reserveCall{b: b, topic: topic, want: want, held: held, mode: mode, grants: grants}
 	if err := q.reserves.For(b).Do(ctx, c); err != nil {
 		return nil, err
 	}
@@ -85,16 +86,18 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 			mode = mode.with(r.In.mode)
 		}
 		// The finishes of the bucket that wait to be sent go with the
-		// call, rather than in one of their own.
+		// call, rather than in one of their own; not those of jobs this
+		// process does not hold, whose grants only finish.lua's reply
+		// carries.
 		b := g.Key.b
-		rides[i] = q.finishes.For(b).Take(maxReserve, func(c *finishCall) bool { return c.b == b })
+		rides[i] = q.finishes.For(b).Take(maxReserve, func(c *finishCall) bool { return c.b == b && c.reservation != any("") })
 		// The signals left go to this process's consumers that wait, in
 		// the same call, rather than to claims that other processes'
 		// blocked pops race.
 		if w != nil && !g.Key.greedy {
 			give[i] = w.toGive(g.Key.topic)
 		}
-		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]), give[i])
+		calls[i] = q.reserveCall(b, g.Key.topic, g.Size, held, mode, finishCalls(rides[i]), give[i], reservedGrants(g.Reqs)...)
 		if len(rides[i]) > 0 {
 			// The finishes must not end with the popper's wait (a
 			// Consume that stops): the call goes whole, as a batch of
@@ -133,32 +136,61 @@ func (q *DelayQueue) flushReserves(ctx context.Context, reqs []*batch.Request[*r
 }
 
 // reserveCall is reserve.lua's call for up to n jobs of topic from bucket
-// b, with held signals, that first finishes the jobs of finishes (pairs of
-// a job ID and a reservation, as finish.lua takes them), and takes up to
-// give of the signals left for other consumers of this process
-// (reserveGiven). Its record slot is handed back by answered, once the
-// call is answered.
-func (q *DelayQueue) reserveCall(b int, topic string, n, held int, mode reserveMode, finishes []any, give int) *scriptCall {
+// b, with held signals, that first finishes the jobs of finishes (triples
+// of a job ID, a reservation and whether the caller holds its grant, as
+// finish.lua takes them), takes up to give of the signals left for other
+// consumers of this process (reserveGiven), and records the grant of
+// grants each job it reserves holds, in order. Its record slot is handed
+// back by answered, once the call is answered.
+func (q *DelayQueue) reserveCall(b int, topic string, n, held int, mode reserveMode, finishes []any, give int, grants ...string) *scriptCall {
 	bk := q.keys.bucket(b)
 	slot := q.records.take()
-	args := make([]any, 0, 11+len(finishes))
-	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, int(mode), q.callName(), len(finishes)/2)
+	args := make([]any, 0, 13+len(finishes)+len(grants))
+	args = append(args, bk.wake, q.pub, staleSkips, topic, n, q.recordLife.Milliseconds(), held, int(mode), q.callName(), len(finishes)/3)
 	args = append(args, finishes...)
+	args = append(args, give, len(grants))
+	for _, g := range grants {
+		args = append(args, g)
+	}
 	return &scriptCall{script: scriptReserve,
 		keys: []string{bk.ready(topic), bk.pool, bk.zset, bk.reservations,
-			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup, bk.lost(topic)},
-		args:   append(args, give),
-		record: slot, recorded: true, finishes: len(finishes) / 2}
+			q.recordKey(bk, slot), bk.counts, bk.signals(topic), bk.paused, bk.dedup, bk.lost(topic), bk.grants},
+		args:   args,
+		record: slot, recorded: true, finishes: len(finishes) / 3}
 }
 
-// finishCalls returns the arguments that finish the jobs of reqs: pairs of
-// a job ID and a reservation.
-func finishCalls(reqs []*batch.Request[*finishCall]) []any {
-	args := make([]any, 0, 2*len(reqs))
+// reservedGrants returns the grants of the jobs a reserve call reserves
+// for reqs, in order: each takes its want of the jobs, in turn (see
+// flushReserves); none when no request holds grants.
+func reservedGrants(reqs []*batch.Request[*reserveCall]) []string {
+	if !slices.ContainsFunc(reqs, func(r *batch.Request[*reserveCall]) bool { return len(r.In.grants) > 0 }) {
+		return nil
+	}
+	var out []string
 	for _, r := range reqs {
-		args = append(args, r.In.id, r.In.reservation)
+		gs := make([]string, r.In.want)
+		copy(gs, r.In.grants)
+		out = append(out, gs...)
+	}
+	return out
+}
+
+// finishCalls returns the arguments that finish the jobs of reqs: triples
+// of a job ID, a reservation, and "1" when the caller holds its grant.
+func finishCalls(reqs []*batch.Request[*finishCall]) []any {
+	args := make([]any, 0, 3*len(reqs))
+	for _, r := range reqs {
+		args = append(args, r.In.id, r.In.reservation, grantFlag(r.In.granted))
 	}
 	return args
+}
+
+// grantFlag is how the scripts take whether a caller holds a job's grant.
+func grantFlag(held bool) string {
+	if held {
+		return "1"
+	}
+	return ""
 }
 
 // reserveFinishes reads the answers of the finishes reserve call c made
@@ -373,7 +405,8 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			case l.lost:
 				mode = reserveLost
 			}
-			c, err := q.reserve(ctx, l.b, topic, min(n, max(l.n, l.held)), l.held, mode)
+			k := min(n, max(l.n, l.held))
+			c, err := q.reserve(ctx, l.b, topic, k, l.held, mode, g.names(len(got), k)...)
 			if err != nil {
 				// The signals of this look and of those not sent go to
 				// another consumer: one too many costs a look, one too few

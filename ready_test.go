@@ -159,7 +159,7 @@ func TestReserveManyTakesEachJobOnce(t *testing.T) {
 		}
 		assert.Len(t, reservations, 3, "every reservation has a reservation of its own")
 		for _, job := range jobs {
-			require.NoError(t, q.finish(ctx, job.ID, job.reservation, ""))
+			require.NoError(t, q.finishWithin(ctx, job.ID, job.reservation, "", false, 0, 0))
 		}
 	})
 }
@@ -303,7 +303,7 @@ func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 			q.answered([]*scriptCall{c})
 			return answers, jobs
 		}
-		answers, jobs := run(q.reserveCall(0, "t", 2, 0, reserveGreedy, []any{done.ID, done.reservation, kept.ID, kept.reservation + 1, "nope", ""}, 0))
+		answers, jobs := run(q.reserveCall(0, "t", 2, 0, reserveGreedy, []any{done.ID, done.reservation, "", kept.ID, kept.reservation + 1, "", "nope", int64(1), ""}, 0))
 		assert.Equal(t, []int64{finishDone, finishLost, finishNoJob}, answers[0])
 		assert.Equal(t, answers[0], answers[1], "the second run answers as the first")
 		require.Len(t, jobs[0], 1, "the one job left ready")
@@ -316,7 +316,7 @@ func TestAReserveCallFinishesTheJobsItCarriesFirst(t *testing.T) {
 		assert.Equal(t, Counts{Reserved: 2}, counts, "the finished job is counted off, once")
 
 		// Nothing left to reserve: the call's record keeps the answers.
-		answers, jobs = run(q.reserveCall(0, "t", 1, 0, reserveGreedy, []any{kept.ID, kept.reservation}, 0))
+		answers, jobs = run(q.reserveCall(0, "t", 1, 0, reserveGreedy, []any{kept.ID, kept.reservation, ""}, 0))
 		assert.Equal(t, [2][]int64{{finishDone}, {finishDone}}, answers)
 		assert.Empty(t, jobs[0])
 		assert.Empty(t, jobs[1])
@@ -362,7 +362,7 @@ func TestAReserveRunTwiceReturnsTheSameJobs(t *testing.T) {
 
 		// Once the first job is finished, a late run answers with what
 		// the first run reserved and is still held under its reservations.
-		require.NoError(t, q.finish(ctx, first[0].ID, first[0].reservation, ""))
+		require.NoError(t, q.finishWithin(ctx, first[0].ID, first[0].reservation, "", false, 0, 0))
 		late, _, _, err := reserveResult(call(), 0)
 		require.NoError(t, err)
 		assert.Equal(t, first[1:], late)

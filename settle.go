@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dqueue/delayqueue/internal/batch"
+	"github.com/redis/go-redis/v9"
 )
 
 // Finish marks a reserved job done and deletes it. For a job this
@@ -13,7 +14,8 @@ import (
 // job went to another consumer, Finish changes nothing and returns
 // ErrReservationLost. It returns ErrNotFound when no such job exists
 // (including a re-sent Finish that took effect) and ErrNotReserved when the
-// job is not reserved.
+// job is not reserved. Whichever process calls it, the job's slot under a
+// concurrency limit is free when it returns.
 func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 	if q.closed.Load() {
 		return ErrClosed
@@ -23,7 +25,7 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 	if held.reservation != 0 {
 		reservation = held.reservation
 	}
-	err := q.finish(ctx, id, reservation, held.topic)
+	err := q.finishWithin(ctx, id, reservation, held.topic, held.grant != "", 0, 0)
 	q.settledGrant(ctx, held.topic, held.grant, err)
 	if err != nil {
 		return err
@@ -36,31 +38,35 @@ func (q *DelayQueue) Finish(ctx context.Context, id string) error {
 type finishCall struct {
 	b           int
 	id          string
-	reservation any // "" for any reservation
+	reservation any  // "" for any reservation
+	granted     bool // the caller holds the job's grant
 	status      int64
+	// The grant of a job finished for any reservation, and its topic,
+	// as recorded beside the job (scripts/lib/grants.lua).
+	grantTopic, grant string
 }
 
-// finish deletes a reserved job; with a reservation, only while that reservation
-// holds, so that a consumer whose reservation ran out leaves the job to the
-// consumer that has it now. It works on a closed queue, so that Consume can
-// settle the jobs its handlers finish after Close. Concurrent calls share
-// script calls: one per bucket. topic, when known, is reported to the
-// Observer.
-func (q *DelayQueue) finish(ctx context.Context, id string, reservation any, topic string) error {
-	return q.finishWithin(ctx, id, reservation, topic, 0, 0)
-}
-
-// finishWithin is finish for a caller in no hurry: a finish that would go
-// alone waits up to within, or until enough finishes are queued, for
-// others to share its script call.
-func (q *DelayQueue) finishWithin(ctx context.Context, id string, reservation any, topic string, within time.Duration, enough int) error {
+// finishWithin deletes a reserved job; with a reservation, only while that
+// reservation holds, so that a consumer whose reservation ran out leaves
+// the job to the consumer that has it now. granted says that the caller
+// holds the job's grant, which it gives back itself; finished for any
+// reservation, the job's recorded grant is given back here. It works on a
+// closed queue, so that Consume can settle the jobs its handlers finish
+// after Close. Concurrent calls share script calls: one per bucket. A
+// finish that would go alone waits up to within, or until enough finishes
+// are queued, for others to share its script call. topic, when known, is
+// reported to the Observer.
+func (q *DelayQueue) finishWithin(ctx context.Context, id string, reservation any, topic string, granted bool, within time.Duration, enough int) error {
 	b, err := bucketOfID(id, q.opts.buckets)
 	if err != nil {
 		return err
 	}
-	c := &finishCall{b: b, id: id, reservation: reservation}
+	c := &finishCall{b: b, id: id, reservation: reservation, granted: granted}
 	if err := q.finishes.For(b).DoWithin(ctx, c, within, enough); err != nil {
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
+	}
+	if c.grant != "" {
+		q.settledGrant(context.WithoutCancel(ctx), c.grantTopic, c.grant, nil)
 	}
 	return q.finished(ctx, id, topic, c.status)
 }
@@ -81,7 +87,7 @@ func (q *DelayQueue) finished(ctx context.Context, id, topic string, status int6
 
 // finishKeys are finish.lua's keys in the bucket.
 func (bk bucketKeys) finishKeys() []string {
-	return []string{bk.pool, bk.zset, bk.dedup, bk.counts}
+	return []string{bk.pool, bk.zset, bk.dedup, bk.counts, bk.grants}
 }
 
 // finishLanes coalesce concurrent finishes, one batch in flight, as
@@ -102,18 +108,41 @@ func (q *DelayQueue) flushFinishes(ctx context.Context, reqs []*batch.Request[*f
 	}
 	q.sendCalls(ctx, calls)
 	for i, g := range groups {
-		res, err := calls[i].cmd.Int64Slice()
-		if err == nil && len(res) != len(g.Reqs) {
-			err = fmt.Errorf("%d replies for %d jobs", len(res), len(g.Reqs))
-		}
-		for j, r := range g.Reqs {
-			if err != nil {
-				r.Err = err
-			} else {
-				r.In.status = res[j]
-			}
+		err := finishReplies(calls[i].cmd, g.Reqs)
+		for _, r := range g.Reqs {
+			r.Err = err
 		}
 	}
+}
+
+// finishReplies reads finish.lua's reply for reqs: one status each, then
+// the grants of the jobs finished for any reservation.
+func finishReplies(cmd *redis.Cmd, reqs []*batch.Request[*finishCall]) error {
+	res, err := cmd.Slice()
+	if err != nil {
+		return err
+	}
+	n := len(reqs)
+	if len(res) < n || (len(res)-n)%3 != 0 {
+		return fmt.Errorf("unexpected reply %v for %d jobs", res, n)
+	}
+	for j, r := range reqs {
+		s, ok := res[j].(int64)
+		if !ok {
+			return fmt.Errorf("unexpected reply %v", res)
+		}
+		r.In.status = s
+	}
+	for k := n; k < len(res); k += 3 {
+		j, ok1 := res[k].(int64)
+		topic, ok2 := res[k+1].(string)
+		grant, ok3 := res[k+2].(string)
+		if !ok1 || !ok2 || !ok3 || j < 1 || j > int64(n) {
+			return fmt.Errorf("unexpected reply %v", res)
+		}
+		reqs[j-1].In.grantTopic, reqs[j-1].In.grant = topic, grant
+	}
+	return nil
 }
 
 // Release gives a popped job back to its ready list at once, for another

@@ -48,11 +48,11 @@ func (q *DelayQueue) extend(ctx context.Context, jobs []*Job) []error {
 	calls := make([]*scriptCall, len(chunks))
 	for c, chunk := range chunks {
 		bk := q.keys.bucket(bucket(chunk[0]))
-		args := make([]any, 0, 2*len(chunk))
+		args := make([]any, 0, 3*len(chunk))
 		for _, i := range chunk {
-			args = append(args, jobs[i].ID, jobs[i].reservation)
+			args = append(args, jobs[i].ID, jobs[i].reservation, grantFlag(jobs[i].grant != ""))
 		}
-		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset}, args: args}
+		calls[c] = &scriptCall{script: scriptTouch, keys: []string{bk.pool, bk.zset, bk.grants}, args: args}
 	}
 	q.sendCalls(ctx, calls)
 	errs := make([]error, len(jobs))

@@ -89,14 +89,14 @@ func TestStaleConsumerCannotRetryTouchOrFinish(t *testing.T) {
 		assert.ErrorIs(t, q.Retry(ctx, stale, errors.New("late")), ErrReservationLost)
 		assert.ErrorIs(t, q.Touch(ctx, stale), ErrReservationLost)
 		assert.ErrorIs(t, q.Release(ctx, stale), ErrReservationLost)
-		assert.ErrorIs(t, q.finish(ctx, stale.ID, stale.reservation, ""), ErrReservationLost)
+		assert.ErrorIs(t, q.finishWithin(ctx, stale.ID, stale.reservation, "", false, 0, 0), ErrReservationLost)
 		got, err := q.Get(ctx, current.ID)
 		require.NoError(t, err)
 		assert.Equal(t, StateReserved, got.State, "the stale consumer changed nothing")
 		assert.Equal(t, 2, got.Attempts)
 		assert.Contains(t, got.LastError, "reservation ran out", "the lapse is recorded")
 
-		require.NoError(t, q.finish(ctx, current.ID, current.reservation, ""))
+		require.NoError(t, q.finishWithin(ctx, current.ID, current.reservation, "", false, 0, 0))
 		assert.ErrorIs(t, q.Retry(ctx, current, nil), ErrNotFound, "a finished job stays finished")
 		assert.ErrorIs(t, q.Touch(ctx, stale), ErrNotFound)
 		_, err = q.Get(ctx, current.ID)
@@ -152,8 +152,8 @@ func TestAReusedIDNeverSharesAReservationNumber(t *testing.T) {
 
 		assert.ErrorIs(t, q.Release(ctx, old), ErrReservationLost, "the first job's consumer holds nothing of the second")
 		assert.ErrorIs(t, q.Retry(ctx, old, nil), ErrReservationLost)
-		assert.ErrorIs(t, q.finish(ctx, old.ID, old.reservation, ""), ErrReservationLost)
-		require.NoError(t, q.finish(ctx, current.ID, current.reservation, ""))
+		assert.ErrorIs(t, q.finishWithin(ctx, old.ID, old.reservation, "", false, 0, 0), ErrReservationLost)
+		require.NoError(t, q.finishWithin(ctx, current.ID, current.reservation, "", false, 0, 0))
 	})
 }
 

@@ -7,13 +7,14 @@
 -- ARGV[1] topic  ARGV[2] the call's name  ARGV[3] how many grants wanted
 -- ARGV[4] how long a grant lasts until the caller binds it to a job, ms
 -- ARGV[5] how long the record lives, ms
--- returns {granted, deadline_ms, wait_ms, full, rated}: granted is -1 when the
+-- returns {granted, deadline_ms, wait_ms, full, rated, counted}: granted is -1 when the
 -- topic has no limits; the grants are members "<call>:1".."<call>:granted"
 -- of the run zset scored by deadline_ms (and of the rate log scored by now).
 -- When none is granted, wait_ms is how long until capacity is due (a
 -- grant's deadline or a rate entry leaving the window; -1: not known) and
 -- full is 1 when Concurrency is what is used up (a release wakes the caller);
--- rated is 1 when the topic has a Rate.
+-- rated is 1 when the topic has a Rate, counted when it has a Concurrency
+-- (its grants are then held until their jobs are settled).
 -- A grant past its deadline is dropped: a process that died holding
 -- capacity gives it back when its reservations would have run out.
 -- Running it twice grants once: the second run answers from the record.
@@ -26,12 +27,12 @@ local topic, call, want, hold = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(AR
 
 local rec = redis.call('GET', record)
 if rec then
-  local n, deadline = string.match(rec, '^(%d+):(%d+)$')
-  return {tonumber(n), tonumber(deadline), -1, 0, 1}
+  local n, deadline, rated, counted = string.match(rec, '^(%d+):(%d+):(%d):(%d)$')
+  return {tonumber(n), tonumber(deadline), -1, 0, tonumber(rated), tonumber(counted)}
 end
 local l = redis.call('HGET', limits, topic)
 if not l then
-  return {ACQUIRE_NO_LIMITS, 0, -1, 0, 0}
+  return {ACQUIRE_NO_LIMITS, 0, -1, 0, 0, 0}
 end
 local conc, rmax, per = string.match(l, '^(%d+):(%d+):(%d+)$')
 conc, rmax, per = tonumber(conc), tonumber(rmax), tonumber(per)
@@ -56,9 +57,9 @@ if rmax > 0 then
   end
   k = math.min(k, left)
 end
-local rated = rmax > 0 and 1 or 0
+local rated, counted = rmax > 0 and 1 or 0, conc > 0 and 1 or 0
 if k <= 0 then
-  return {0, 0, wait, full, rated}
+  return {0, 0, wait, full, rated, counted}
 end
 local deadline = now + hold
 for i = 1, k do
@@ -73,5 +74,5 @@ end
 if rmax > 0 then
   redis.call('PEXPIRE', rate, per + 1000)
 end
-redis.call('SET', record, k .. ':' .. deadline, 'PX', tonumber(ARGV[5]))
-return {k, deadline, -1, 0, rated}
+redis.call('SET', record, k .. ':' .. deadline .. ':' .. rated .. ':' .. counted, 'PX', tonumber(ARGV[5]))
+return {k, deadline, -1, 0, rated, counted}

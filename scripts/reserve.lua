@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---#include codec header entries clock wake signals finish
+--#include codec header entries clock wake signals finish grants
 -- reserve.lua: pop ready jobs of a topic from one bucket and reserve them,
 -- no more than the ready signals the caller holds or claims (lib/signals.lua).
 -- KEYS[1] ready list  KEYS[2] pool hash  KEYS[3] bucket zset  KEYS[4] reservation counter
@@ -7,6 +7,7 @@
 -- call of the caller's uses while this one may still run)  KEYS[6] counts
 -- hash  KEYS[7] the topic's ready signals  KEYS[8] paused topics of the bucket
 -- KEYS[9] dedup zset  KEYS[10] the topic's lost-signal look of the bucket
+-- KEYS[11] the prefix of the jobs' grants (lib/grants.lua)
 -- ARGV[1] wake channel  ARGV[2] publish command  ARGV[3] how many stale IDs to skip
 -- ARGV[4] the list's topic  ARGV[5] how many jobs to reserve at most
 -- ARGV[6] how long the record lives, ms  ARGV[7] how many signals the
@@ -19,15 +20,19 @@
 -- other call did in the last second (KEYS[10]), and otherwise reads only
 -- the list's length  ARGV[9] the call's name, new for
 -- every call and the same when it is sent again  ARGV[10] how many jobs
--- of the bucket the call finishes first, F  ARGV[11..10+2F] those jobs, as
--- finish.lua takes them: pairs of a job ID and a reservation (a consumer's
--- finishes ride on its next reserve call: one script call where two would
--- be, and a job whose grant passes to the next, limits_handon.go)
--- ARGV[11+2F] how many of the signals left after the call's own to take
+-- of the bucket the call finishes first, F  ARGV[11..10+3F] those jobs, as
+-- finish.lua takes them: triples of a job ID, a reservation and whether
+-- the caller holds its grant (a consumer's finishes ride on its next
+-- reserve call: one script call where two would be, and a job whose grant
+-- passes to the next, limits_handon.go); never one for any reservation,
+-- whose grant the reply would not carry
+-- ARGV[11+3F] how many of the signals left after the call's own to take
 -- for other consumers of the caller's that wait (0 when absent): they
 -- are given to those consumers, whose reserve calls hold them, rather
 -- than left for their calls to claim, which other processes' blocked pops
--- race
+-- race  ARGV[12+3F] how many grants follow, G (0 when absent)
+-- ARGV[13+3F..12+3F+G] the grant each job the call reserves holds, in
+-- order ("" for none), recorded beside it (lib/grants.lua)
 -- returns {status, signals left, signals given, id, job, due_ms, ..., F answers}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
 -- when not known), the signals the list still holds (-1: none, and the
@@ -75,8 +80,9 @@ local wake, pub, skips, topic = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local held = tonumber(ARGV[7])
 local name = ARGV[9]
 local finishes = tonumber(ARGV[10])
-local finish_answers = finishes > 0 and finish_jobs(pool, bucket, KEYS[9], KEYS[6], ARGV, 11, 10 + 2 * finishes)
-local give = tonumber(ARGV[11 + 2 * finishes]) or 0
+local finish_answers = finishes > 0 and finish_jobs(pool, bucket, KEYS[9], KEYS[6], KEYS[11], ARGV, 11, 10 + 3 * finishes)
+local give = tonumber(ARGV[11 + 3 * finishes]) or 0
+local grants_from, grants_n = 13 + 3 * finishes, tonumber(ARGV[12 + 3 * finishes]) or 0
 local given = 0
 
 -- answer is the reply out, with the signals given third, followed by the
@@ -360,8 +366,13 @@ for i, id in ipairs(found) do
   -- reservation of its own, until its TTR from now.
   local v = jobs[i]
   local t1, t2 = byte(v, 2, 3)
-  local at = now_ms + u32at(v, 6)
+  local ttr = u32at(v, 6)
+  local at = now_ms + ttr
   local enc = restate(v, RESERVED, at, t1 * 256 + t2 + 1, reservation + i)
+  local grant = i <= grants_n and ARGV[grants_from + i - 1]
+  if grant and grant ~= '' then
+    keep_grant(KEYS[11], id, reservation + i, grant, ttr)
+  end
   fields[2 * i - 1], fields[2 * i] = id, enc
   scores[2 * i - 1], scores[2 * i] = at, id
   out[3 * i], out[3 * i + 1], out[3 * i + 2] = id, enc, read48(v, AT)

@@ -1,9 +1,11 @@
 #!lua flags=allow-oom
---#include decode clock
+--#include decode clock grants
 -- touch.lua: extend the reservations of reserved jobs for long work: each
 -- runs its job's TTR from now.
--- KEYS[1] pool hash  KEYS[2] bucket zset
--- ARGV two values per job: job id, and the reservation the caller holds
+-- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] the prefix of the jobs'
+-- grants (lib/grants.lua)
+-- ARGV three values per job: job id, the reservation the caller holds, and
+-- "1" when it holds the job's grant, whose record then lasts as long, or ""
 -- returns one integer per job: the new reservation deadline ms, 0 no such job,
 -- -1 the caller's reservation is gone
 -- A deadline only moves later, so the bucket's handler needs no wake-up.
@@ -15,7 +17,7 @@ local TOUCH_LOST = -1
 
 local pool, bucket = KEYS[1], KEYS[2]
 local ids = {}
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, 3 do
   ids[#ids + 1] = ARGV[i]
 end
 local vs = redis.call('HMGET', pool, unpack(ids))
@@ -27,7 +29,7 @@ for i, id in ipairs(ids) do
     out[i] = TOUCH_NO_JOB
   else
     local job = decode(v)
-    if job.state ~= RESERVED or job.reservation ~= tonumber(ARGV[2 * i]) then
+    if job.state ~= RESERVED or job.reservation ~= tonumber(ARGV[3 * i - 1]) then
       out[i] = TOUCH_LOST
     else
       job.at = now_ms + job.ttr
@@ -36,6 +38,9 @@ for i, id in ipairs(ids) do
       scores[#scores + 1] = job.at
       scores[#scores + 1] = id
       out[i] = job.at
+      if ARGV[3 * i] == '1' then
+        redis.call('PEXPIRE', KEYS[3] .. id, job.ttr + GRANT_SLACK_MS)
+      end
     end
   end
 end
