@@ -75,7 +75,7 @@ func (q *DelayQueue) eachBucketBatch(step func(b int) (int, error)) (int, error)
 
 func (q *DelayQueue) requeue(ctx context.Context, b int, topic, id string) (int, error) {
 	bk := q.keys.bucket(b)
-	n, err := q.run(ctx, b, scriptRequeue, []string{bk.dead(topic), bk.pool, bk.readyPrefix, bk.deadTopics, bk.counts, bk.sigPrefix},
+	n, err := q.run(ctx, b, scriptRequeue, []string{bk.deadPrefix, bk.pool, bk.readyPrefix, bk.deadTopics, bk.counts, bk.sigPrefix},
 		deadBatch, id, topic).Int()
 	if err != nil {
 		return 0, fmt.Errorf("delayqueue: requeue dead jobs of %q in bucket %d: %w", topic, b, err)
@@ -95,8 +95,13 @@ func (q *DelayQueue) purge(ctx context.Context, b int, topic string, ageMs int64
 	return n, nil
 }
 
-// trimDead deletes one batch per topic of bucket b's dead jobs older than the
-// retention. The bucket handler calls it.
+// maxTrimBatches bounds how many batches of a topic's dead jobs one look
+// of trimDead deletes in a bucket: deadBatch times as many, and a call
+// each, between two moves of the bucket handler.
+const maxTrimBatches = 20
+
+// trimDead deletes bucket b's dead jobs older than the retention, up to
+// maxTrimBatches batches per topic. The bucket handler calls it.
 func (q *DelayQueue) trimDead(ctx context.Context, b int) (int, error) {
 	topics, err := q.client.SMembers(ctx, q.keys.bucket(b).deadTopics).Result()
 	if err != nil {
@@ -104,10 +109,15 @@ func (q *DelayQueue) trimDead(ctx context.Context, b int) (int, error) {
 	}
 	total := 0
 	for _, topic := range topics {
-		n, err := q.purge(ctx, b, topic, q.opts.retention.Milliseconds())
-		total += n
-		if err != nil {
-			return total, err
+		for range maxTrimBatches {
+			n, err := q.purge(ctx, b, topic, q.opts.retention.Milliseconds())
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < deadBatch {
+				break
+			}
 		}
 	}
 	return total, nil

@@ -97,3 +97,57 @@ func TestHandlerDeletesExpiredDeadLetters(t *testing.T) {
 		return err == nil && len(dead) == 0
 	}, 10*time.Second, 5*time.Millisecond)
 }
+
+// A look deletes every dead job past the retention, batch after batch, not
+// one batch of them: dead jobs that come faster than a batch per safety
+// poll would pile up.
+func TestDeadLettersPastTheirRetentionGoInOneLook(t *testing.T) {
+	ctx := context.Background()
+	q, _, _, advance := clockQueue(t, WithDeadRetention(time.Minute), WithBuckets(1))
+	const n = 2*deadBatch + 100
+	killJobs(t, q, "t", n)
+	advance(time.Minute)
+	got, err := q.trimDead(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, n, got)
+	c, err := q.Counts(ctx, "t")
+	require.NoError(t, err)
+	assert.Zero(t, c.Dead)
+}
+
+// RequeueDead requeues a job under the topic it is dead in when the script
+// runs, whatever topic the caller read before: a job replaced and dead
+// again under another topic in between is counted there, once.
+func TestRequeueDeadFollowsTheJobsTopicNow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client)
+		die := func(topic string) {
+			t.Helper()
+			_, err := q.Upsert(ctx, &Job{ID: "j", Topic: topic, MaxAttempts: 1})
+			require.NoError(t, err)
+			job, err := q.Pop(ctx, topic, time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, q.Retry(ctx, job, fmt.Errorf("boom")))
+		}
+		die("a")
+		read, err := q.Get(ctx, "j") // what RequeueDead reads first
+		require.NoError(t, err)
+		die("b")
+		n, err := q.requeue(ctx, bucketOf("j", q.opts.buckets), read.Topic, "j")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		job, err := q.Get(ctx, "j")
+		require.NoError(t, err)
+		assert.Equal(t, StateReady, job.State)
+		assert.Equal(t, "b", job.Topic)
+		for topic, ready := range map[string]int{"a": 0, "b": 1} {
+			c, err := q.Counts(ctx, topic)
+			require.NoError(t, err)
+			assert.Equal(t, [4]int{0, ready, 0, 0}, [4]int{c.Delayed, c.Ready, c.Reserved, c.Dead}, topic)
+		}
+		dead, err := listJobs(ctx, q, "b", StateDead, 10)
+		require.NoError(t, err)
+		assert.Empty(t, dead)
+	})
+}

@@ -148,7 +148,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if rec.buckets < 1 || rec.buckets > 4096 {
 		return nil, fmt.Errorf("delayqueue: open queue %q: stored bucket count %d", o.name, rec.buckets)
 	}
-	q.ident = rec.ident
+	q.ident, o.ident = rec.ident, rec.ident
 	o.buckets = rec.buckets
 	q.opts, q.keys = o, newKeyspace(o.name, o.buckets)
 	lanes := 1

@@ -150,6 +150,10 @@ func TestStartAndCloseLifecycle(t *testing.T) {
 		assert.ErrorIs(t, q.Remove(ctx, "x"), ErrClosed)
 		_, err = q.Get(ctx, "x")
 		assert.ErrorIs(t, err, ErrClosed)
+		_, err = q.StaleFunctions(ctx)
+		assert.ErrorIs(t, err, ErrClosed)
+		_, err = q.PruneFunctions(ctx)
+		assert.ErrorIs(t, err, ErrClosed)
 		for b := range q.opts.buckets {
 			assert.Zero(t, be.client.Exists(ctx, q.keys.bucket(b).lock).Val(), "Close releases the leases")
 		}

@@ -159,6 +159,9 @@ func isQueueFunction(name string) bool {
 // queue's: all queues on it share them. A server without functions has
 // none.
 func (q *DelayQueue) StaleFunctions(ctx context.Context) ([]string, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
 	stale, err := q.staleFunctions(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: list functions: %w", err)
@@ -171,6 +174,9 @@ func (q *DelayQueue) StaleFunctions(ctx context.Context) ([]string, error) {
 // again on its next call, so pruning while older processes run costs each
 // of them a load, and fails none of their calls.
 func (q *DelayQueue) PruneFunctions(ctx context.Context) ([]string, error) {
+	if q.closed.Load() {
+		return nil, ErrClosed
+	}
 	deleted, err := q.staleFunctions(ctx, func(ctx context.Context, c redis.Cmdable, name string) error {
 		if err := c.FunctionDelete(ctx, name).Err(); err != nil && !strings.Contains(err.Error(), "not found") {
 			return err // another prune may have deleted it first

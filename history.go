@@ -80,8 +80,8 @@ type Sample struct {
 // History returns the samples of topic, or of the whole queue for "",
 // oldest first: the last 360, taken every 10 s by default (WithHistory)
 // by the processes that called Start. It is one read, whether or not this
-// process started; nil when no started process has sampled in the last
-// 360 intervals. It returns ErrInvalidTopic for a bad topic.
+// process started; empty, not nil, when no started process has sampled
+// in the last 360 intervals. It returns ErrInvalidTopic for a bad topic.
 func (q *DelayQueue) History(ctx context.Context, topic string) ([]Sample, error) {
 	if q.closed.Load() {
 		return nil, ErrClosed

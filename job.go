@@ -130,6 +130,9 @@ type Job struct {
 	// push.lua); kept here so that pushing the same Job again is known for
 	// what it is.
 	nonce uint32
+	// madeBy is the identity of the queue that generated the job's ID,
+	// when one did: another queue makes IDs of the same form.
+	madeBy string
 }
 
 // generatedMark begins every ID the queue generates, and no ID of a

@@ -152,10 +152,9 @@ func (q *DelayQueue) limitUsage(ctx context.Context) (map[string]LimitUsage, err
 	if len(all) == 0 {
 		return out, nil
 	}
-	now := time.Now()
-	pipe := q.client.Pipeline()
-	type cmds struct{ run, rate *redis.IntCmd }
-	cs := map[string]cmds{}
+	// Counted on the server's clock, as the grants are.
+	var topics []string
+	var calls []*scriptCall
 	for topic, v := range all {
 		l, err := decodeLimits(v)
 		if err != nil {
@@ -163,17 +162,20 @@ func (q *DelayQueue) limitUsage(ctx context.Context) (map[string]LimitUsage, err
 		}
 		out[topic] = LimitUsage{Limits: l}
 		lk := q.keys.limit(topic)
-		cs[topic] = cmds{
-			run:  pipe.ZCount(ctx, lk.run, strconv.FormatInt(now.UnixMilli(), 10), "+inf"),
-			rate: pipe.ZCount(ctx, lk.rate, "("+strconv.FormatInt(now.Add(-l.Per).UnixMilli(), 10), "+inf"),
+		topics = append(topics, topic)
+		calls = append(calls, &scriptCall{script: scriptUsage, keys: []string{lk.run, lk.rate}, args: []any{l.Per.Milliseconds()}})
+	}
+	q.sendCalls(ctx, calls)
+	for i, topic := range topics {
+		res, err := calls[i].cmd.Int64Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("unexpected reply %v", res)
 		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("delayqueue: limits: %w", redisError(err))
-	}
-	for topic, c := range cs {
+		if err != nil {
+			return nil, fmt.Errorf("delayqueue: limits of %q: %w", topic, redisError(err))
+		}
 		u := out[topic]
-		u.Running, u.InWindow = int(c.run.Val()), int(c.rate.Val())
+		u.Running, u.InWindow = int(res[0]), int(res[1])
 		out[topic] = u
 	}
 	return out, nil

@@ -538,3 +538,37 @@ func oneSlot(t *testing.T, be backend, jobs int) (*DelayQueue, *DelayQueue) {
 	}
 	return a, b
 }
+
+// An Upsert of a reserved job ends its reservation, and frees its slot.
+func TestUpsertOfAReservedJobFreesItsSlot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		a, b := oneSlot(t, be, 0)
+		pushed(t, a, &Job{ID: "u", Topic: "t", TTR: time.Hour})
+		job, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		_, err = b.Upsert(ctx, &Job{ID: "u", Topic: "t", TTR: time.Hour})
+		require.NoError(t, err)
+		again, err := b.Pop(ctx, "t", 0)
+		require.NoError(t, err, "the slot came free")
+		assert.Equal(t, job.ID, again.ID)
+		assert.ErrorIs(t, a.Finish(ctx, job.ID), ErrReservationLost)
+		require.NoError(t, b.Finish(ctx, again.ID))
+	})
+}
+
+// Overview counts a topic's limits in use on the server's clock, which the
+// grants are on, whatever the caller's clock says.
+func TestLimitUsageIsReadOnTheServersClock(t *testing.T) {
+	ctx := context.Background()
+	q, _, _, _ := clockQueue(t) // the server's clock is years behind
+	require.NoError(t, q.SetLimits(ctx, "t", Limits{Concurrency: 2, Rate: 10}))
+	pushed(t, q, &Job{Topic: "t", TTR: 2 * time.Second})
+	_, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	o, err := q.Overview(ctx)
+	require.NoError(t, err)
+	u := o.Limits["t"]
+	assert.Equal(t, 1, u.Running)
+	assert.Equal(t, 1, u.InWindow)
+}

@@ -239,6 +239,9 @@ func (q *DelayQueue) listRound(ctx context.Context, topic string, state State, n
 		if err != nil {
 			return nil, fmt.Errorf("delayqueue: list %s jobs of %q in bucket %d: %w", state, topic, b, err)
 		}
+		for _, l := range s.found {
+			q.read(l.job)
+		}
 		steps[b] = s
 	}
 	return steps, nil

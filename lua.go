@@ -38,6 +38,7 @@ var (
 	scriptGiveBack   = loadScript("giveback.lua")
 	scriptRenew      = loadScript("renew.lua")
 	scriptHistory    = loadScript("history.lua")
+	scriptUsage      = loadScript("usage.lua")
 )
 
 // A luaScript is one script file in the forms a server may need. A file

@@ -30,6 +30,7 @@ type options struct {
 	history     time.Duration
 	logger      *slog.Logger
 	set         struct{ buckets bool } // options given, where unset means "as stored"
+	ident       string                 // the queue's identity in Redis, once opened: the maker of its generated IDs
 
 	// Hooks of other packages: observe.go, middleware.go.
 	observer          Observer
@@ -107,8 +108,9 @@ func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options)
 func WithBackoff(b Backoff) Option { return optionFunc(func(o *options) { o.backoff = b }) }
 
 // WithDeadRetention makes the bucket handlers delete dead jobs that have been
-// dead for longer than d; they look once per safety poll (WithSafetyPoll).
-// Default: 0, dead jobs are kept until purged or requeued.
+// dead for longer than d; they look once per safety poll (WithSafetyPoll),
+// and delete up to 10,000 per topic and bucket each time. Default: 0, dead
+// jobs are kept until purged or requeued.
 func WithDeadRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }

@@ -39,6 +39,7 @@ func (q *DelayQueue) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.read(job)
 	// The reservation is the popper's: a job from Get cannot Retry, Touch
 	// or Release it.
 	job.reservation = 0
@@ -60,23 +61,53 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	}
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics, bk.counts, bk.grants}, id).Slice()
-	if err == nil && len(res) != 1 && len(res) != 3 {
-		err = fmt.Errorf("unexpected reply %v", res)
-	}
+	status, err := endedReservation(res, err)
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}
-	if r, _ := res[0].(int64); r == removeNoJob {
+	if status == removeNoJob {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	if len(res) == 3 {
-		// A reserved job's grant, whichever process holds it.
-		topic, _ := res[1].(string)
-		grant, _ := res[2].(string)
-		q.settledGrant(context.WithoutCancel(ctx), topic, grant, nil)
-	}
+	q.givenUp(ctx, res)
 	q.held.settled(id, 0)
 	return nil
+}
+
+// endedReservation reads the reply of a script that may end a job's
+// reservation, whoever holds it (remove.lua, upsert.lua): its status, and
+// after it the topic and grant of the reserved job it ended, if any.
+func endedReservation(res []any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 && len(res) != 3 {
+		return 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	status, ok := res[0].(int64)
+	if !ok {
+		return 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	return status, nil
+}
+
+// givenUp gives back the grant of a reserved job that a script ended
+// (endedReservation), for whichever process reserved it.
+func (q *DelayQueue) givenUp(ctx context.Context, res []any) {
+	if len(res) != 3 {
+		return
+	}
+	topic, _ := res[1].(string)
+	grant, _ := res[2].(string)
+	q.settledGrant(context.WithoutCancel(ctx), topic, grant, nil)
+}
+
+// read notes that job, decoded from this queue, had its ID made here
+// when the queue generated it: pushed again, it is the same job; into
+// another queue, it is refused (prepare).
+func (q *DelayQueue) read(job *Job) {
+	if job.nonce != 0 {
+		job.madeBy = q.ident
+	}
 }
 
 // openBucketOfID checks that the queue is open and the ID valid, and

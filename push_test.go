@@ -285,3 +285,32 @@ func TestUpsertReplacesADeadJobAsANewPendingOne(t *testing.T) {
 		assert.Equal(t, "now", string(job.Body))
 	})
 }
+
+// A job whose ID another queue generated is refused, not pushed under a
+// new ID or mistaken for a job of this queue's that took its ID.
+func TestAJobOfAnotherQueuesGeneratedIDIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		qa := newQueue(t, be.client, WithName(uniqueName(t)+"a"))
+		qb := newQueue(t, be.client, WithName(uniqueName(t)+"b"))
+		id := pushed(t, qa, &Job{Topic: "t"})
+		pushed(t, qb, &Job{Topic: "t"})
+		job, err := qa.Get(ctx, id)
+		require.NoError(t, err)
+		before := keysOf(t, be.client)
+		_, err = qb.Push(ctx, job)
+		assert.ErrorIs(t, err, ErrInvalidID)
+		_, err = qb.Upsert(ctx, job)
+		assert.ErrorIs(t, err, ErrInvalidJob)
+		assert.Equal(t, id, job.ID)
+		assert.Equal(t, before, keysOf(t, be.client), "nothing written")
+		// Pushed again where it was made, it is the same job.
+		res, err := qa.PushMany(ctx, []*Job{job})
+		require.NoError(t, err)
+		assert.Equal(t, id, res[0].ID)
+		job.ID = ""
+		other, err := qb.Push(ctx, job)
+		require.NoError(t, err, "without its ID, a new job")
+		assert.NotEqual(t, id, other)
+	})
+}

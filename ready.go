@@ -226,6 +226,7 @@ func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scrip
 	}
 	for _, job := range jobs {
 		job.queue = q.ident
+		q.read(job)
 	}
 	q.observe(ctx, Event{Kind: EventReserveCall, Topic: topic, Count: len(jobs), Finishes: c.finishes, Unclaimed: status == reserveUnclaimed})
 	return jobs, status, left, nil

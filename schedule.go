@@ -320,14 +320,18 @@ func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tickSpec, error) {
 	case j.ID != "" || j.Delay != 0 || !j.RunAt.IsZero():
 		return nil, tickSpec{}, within(ErrInvalidSchedule, fmt.Errorf("%w: a schedule's Job takes its ID and due time from its ticks", ErrInvalidJob))
 	}
+	// The job as a tick would push it, checked as Push checks a job before
+	// its durations are stored in whole milliseconds: refused now, not at
+	// every tick.
+	now := time.Now().UnixMilli()
+	if _, err := q.opts.prepare(&Job{ID: q.tickID(s.Name, now), Topic: j.Topic, Body: j.Body, Headers: j.Headers,
+		RunAt: time.UnixMilli(now), TTR: j.TTR, MaxAttempts: j.MaxAttempts, DedupWindow: j.DedupWindow}); err != nil {
+		return nil, tickSpec{}, within(ErrInvalidSchedule, err)
+	}
 	def := &scheduleDef{Every: s.Every.Milliseconds(), Cron: strings.TrimSpace(s.Cron), Location: loc, Paused: s.Paused,
 		Topic: j.Topic, Body: j.Body, TTR: ceilMs(j.TTR), Attempts: j.MaxAttempts, Dedup: ceilMs(j.DedupWindow), Headers: j.Headers}
 	if def.Location == "UTC" {
 		def.Location = ""
-	}
-	// The job as a tick would push it: refused now, not at every tick.
-	if _, err := q.tickJobs(s.Name, def, time.Now().UnixMilli()); err != nil {
-		return nil, tickSpec{}, within(ErrInvalidSchedule, err)
 	}
 	return def, spec, nil
 }

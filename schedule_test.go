@@ -191,6 +191,11 @@ func TestScheduleRefusesBadInputAndWritesNothing(t *testing.T) {
 		"an ID":     {Topic: "t", ID: "x"},
 		"a delay":   {Topic: "t", Delay: time.Second},
 		"big body":  {Topic: "t", Body: make([]byte, 2<<20)},
+		// Refused as Push refuses them, not rounded to whole milliseconds.
+		"TTR -1ns":             {Topic: "t", TTR: -time.Nanosecond},
+		"TTR 1ns":              {Topic: "t", TTR: time.Nanosecond},
+		"DedupWindow -1ns":     {Topic: "t", DedupWindow: -time.Nanosecond},
+		"MaxAttempts too many": {Topic: "t", MaxAttempts: maxMaxAttempts + 1},
 	} {
 		err := q.Schedule(ctx, Schedule{Name: "n", Every: time.Second, Job: j})
 		assert.ErrorIs(t, err, ErrInvalidSchedule, name)

@@ -1,5 +1,5 @@
 #!lua
---#include codec header places due counts clock wake signals dead
+--#include codec header places due counts clock wake signals dead grants
 -- upsert.lua: create a job, or replace the job with its ID whatever its
 -- state, as if pushed anew: body, topic, TTR, max attempts and due time become the
 -- new job's; attempts and last error start over. An explicit write: a
@@ -7,10 +7,12 @@
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] ready-list key prefix of the bucket
 -- KEYS[4] dedup zset  KEYS[5] counts hash  KEYS[6] ready-signal key prefix
 -- KEYS[7] dead-letter key prefix  KEYS[8] topics with dead letters
+-- KEYS[9] the prefix of the jobs' grants (lib/grants.lua)
 -- ARGV[1] wake channel  ARGV[2] publish command
 -- ARGV[3] id  ARGV[4] delay ms ("" when the job's at_ms holds its due time)
 -- ARGV[5] the job encoded as a delayed job (lib/codec.lua)
--- returns {1} created, {0} replaced
+-- returns {1} created, {0} replaced; {0, topic, grant} when it replaced a
+-- reserved job whose grant was recorded, which the caller gives back
 -- A reserved job's reservation ends (its consumer's Finish, Retry and
 -- Touch find it gone), and the new job is what comes next. A dead job
 -- leaves its dead letters as a new job.
@@ -27,9 +29,12 @@ local id, delay, v = ARGV[3], ARGV[4], ARGV[5]
 
 local topic = topic_of(v)
 local cur = redis.call('HGET', pool, id)
-local was_ready = false
+local was_ready, grant = false, nil
 if cur then
   local state = byte(cur, 1) % 8
+  if state == RESERVED then
+    grant = take_grant(KEYS[9], id, read48(cur, RESERVATION))
+  end
   was_ready = state == READY and topic_of(cur) == topic
   if state == DEAD then
     local dead = KEYS[7] .. topic_of(cur)
@@ -65,7 +70,9 @@ else
   wake_if_first(bucket, pub, wake, due, now)
   tally(KEYS[5], DELAYED, topic, 1)
 end
-if cur then
+if grant then
+  return {UPSERT_REPLACED, topic_of(cur), grant}
+elseif cur then
   return {UPSERT_REPLACED}
 end
 return {UPSERT_CREATED}
