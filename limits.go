@@ -355,11 +355,15 @@ func (lm *limiter) rated(topic string, rated bool) {
 }
 
 // hold is how long a grant of topic lasts before it is bound to a job:
-// the longest TTR of its jobs seen (def before any).
+// the longest TTR of its jobs seen (def before any). A process that dies
+// between a grant and its reservation holds the slot that long.
 func (lm *limiter) hold(topic string, def time.Duration) time.Duration {
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
-	return max(lm.ttr[topic], def)
+	if ttr := lm.ttr[topic]; ttr > 0 {
+		return ttr
+	}
+	return def
 }
 
 func (lm *limiter) sawTTR(topic string, ttr time.Duration) {

@@ -18,9 +18,19 @@ import (
 // grantSlack is how much longer than the TTR of the topic's jobs a grant
 // lasts before it is bound to a job: a job's reservation starts a moment
 // after its grant, and its grant must not run out before it. A grant bound
-// to a job lasts until the job's reservation runs out, or up to grantSlack
-// longer (it is not moved for less).
+// to a job lasts about as long past the job's reservation (from half to
+// twice as long: it is not moved for less), so that an extension of the
+// reservation, which touch.lua makes only before it runs out, moves the
+// grant before the grant runs out.
 const grantSlack = time.Second
+
+// boundDeadline returns the deadline of a grant of deadline bound to a
+// reservation until (ms), and whether it must move there.
+func boundDeadline(deadline, until int64) (int64, bool) {
+	slack := grantSlack.Milliseconds()
+	d := deadline - until
+	return until + slack, d < slack/2 || d > 2*slack
+}
 
 // grant is what one acquire call granted: the grants named call:1 to
 // call:n, scored by deadline (ms, the server's clock) until bound.
@@ -112,9 +122,8 @@ func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
 		}
 		job.grant = g.name(i + 1)
 		q.limiter.sawTTR(g.topic, job.TTR)
-		// A grant lasts as its job's reservation, give or take the slack.
-		if until := job.ReservedUntil.UnixMilli(); until > g.deadline || until < g.deadline-grantSlack.Milliseconds() {
-			gb.moved = append(gb.moved, job.grant, until)
+		if to, move := boundDeadline(g.deadline, job.ReservedUntil.UnixMilli()); move {
+			gb.moved = append(gb.moved, job.grant, to)
 		}
 	}
 	for i := len(jobs) + 1; i <= g.n; i++ {
@@ -156,7 +165,8 @@ func (q *DelayQueue) extendedGrants(ctx context.Context, jobs []*Job, errs []err
 			gb = &giveBack{topic: job.Topic}
 			byTopic[job.Topic] = gb
 		}
-		gb.moved = append(gb.moved, job.grant, job.ReservedUntil.UnixMilli())
+		to, _ := boundDeadline(0, job.ReservedUntil.UnixMilli())
+		gb.moved = append(gb.moved, job.grant, to)
 	}
 	for _, gb := range byTopic {
 		q.giveBackNow(ctx, gb)

@@ -572,3 +572,69 @@ func TestLimitUsageIsReadOnTheServersClock(t *testing.T) {
 	assert.Equal(t, 1, u.Running)
 	assert.Equal(t, 1, u.InWindow)
 }
+
+// Grants given back together wake as many consumers waiting at the limit,
+// however many: none waits for its blocked call's end.
+func TestManyGrantsGivenBackWakeAsManyWaiters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		const n = 24
+		a, b := twoInstances(t, be.client)
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: n}))
+		for range 2 * n {
+			pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+		}
+		var held []*Job
+		for range n {
+			job, err := a.Pop(ctx, "t", 0)
+			require.NoError(t, err)
+			held = append(held, job)
+		}
+		got := make(chan error, n)
+		for range n {
+			go func() {
+				_, err := b.Pop(ctx, "t", 10*time.Second) // under a blocked call's 20 s
+				got <- err
+			}()
+		}
+		require.Eventually(t, func() bool {
+			b.limiter.mu.Lock()
+			defer b.limiter.mu.Unlock()
+			return len(b.limiter.waiting["t"]) == n
+		}, 30*time.Second, time.Millisecond, "every Pop waits at the limit")
+		// Finished together: their grants go back in one call.
+		gb := &giveBack{topic: "t"}
+		for _, job := range held {
+			require.NoError(t, a.finishWithin(ctx, job.ID, job.reservation, "t", true, 0, 0))
+			gb.settled = append(gb.settled, job.grant)
+		}
+		a.giveBackNow(ctx, gb)
+		for range n {
+			assert.NoError(t, <-got)
+		}
+	})
+}
+
+// A reservation whose deadline passed is not extended, even while the job
+// waits to be moved back: its grant may be another consumer's by then.
+func TestTouchRefusesAReservationThatRanOut(t *testing.T) {
+	ctx := context.Background()
+	q, _, _, advance := clockQueue(t)
+	pushed(t, q, &Job{Topic: "t", TTR: time.Second})
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	advance(1500 * time.Millisecond) // no started process moves it back
+	assert.ErrorIs(t, q.Touch(ctx, job), ErrReservationLost)
+}
+
+// A grant lasts, before it is bound to a job, as long as the longest TTR
+// of the topic's jobs the process has seen, not the queue's default TTR
+// when that is longer: a process that dies between the two holds no slot
+// longer than its jobs would.
+func TestAGrantBeforeItsJobLastsTheTopicsTTR(t *testing.T) {
+	var lm limiter
+	assert.Equal(t, time.Minute, lm.hold("t", time.Minute), "the default before any job")
+	lm.sawTTR("t", 5*time.Second)
+	lm.sawTTR("t", 2*time.Second)
+	assert.Equal(t, 5*time.Second, lm.hold("t", time.Minute))
+}

@@ -9,8 +9,9 @@ import (
 
 // Touch extends a popped job's reservation to its full TTR from now, for
 // work that takes longer than expected, and updates job.ReservedUntil. It
-// returns ErrReservationLost when job's reservation is gone and ErrNotFound when
-// the job was removed. Consume does this by itself for the jobs it runs.
+// returns ErrReservationLost when job's reservation is gone or ran out
+// (past ReservedUntil it is not extended, even before the job is moved
+// back), and ErrNotFound when the job was removed. Consume does this by itself for the jobs it runs.
 func (q *DelayQueue) Touch(ctx context.Context, job *Job) error {
 	if q.closed.Load() {
 		return ErrClosed

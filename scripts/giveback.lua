@@ -10,7 +10,8 @@
 -- follow them  then the grants, then pairs of grant and new deadline ms
 -- returns how many grants were given back
 -- Each grant given back pushes one wake-up, which one blocked consumer
--- takes (BLPOP); the list keeps a few, for a consumer about to block.
+-- takes (BLPOP); the list keeps those of the last call, and at least 16,
+-- for consumers about to block.
 -- Running it twice gives back nothing more.
 
 local run, rate, free = KEYS[1], KEYS[2], KEYS[3]
@@ -29,10 +30,12 @@ for i = 3 + unused + settled, #ARGV, 2 do
   redis.call('ZADD', run, 'XX', ARGV[i + 1], ARGV[i])
 end
 if freed > 0 then
-  for _ = 1, math.min(freed, 16) do
-    redis.call('RPUSH', free, '1')
+  local ones = {}
+  for i = 1, freed do
+    ones[i] = '1'
   end
-  redis.call('LTRIM', free, -16, -1)
+  redis.call('RPUSH', free, unpack(ones))
+  redis.call('LTRIM', free, -math.max(freed, 16), -1)
   redis.call('PEXPIRE', free, 10000)
 end
 return freed

@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
 --#include decode clock grants
 -- touch.lua: extend the reservations of reserved jobs for long work: each
--- runs its job's TTR from now.
+-- runs its job's TTR from now. A reservation whose deadline passed is not
+-- extended, even before the bucket's handler moves the job back.
 -- KEYS[1] pool hash  KEYS[2] bucket zset  KEYS[3] the prefix of the jobs'
 -- grants (lib/grants.lua)
 -- ARGV three values per job: job id, the reservation the caller holds, and
@@ -29,7 +30,9 @@ for i, id in ipairs(ids) do
     out[i] = TOUCH_NO_JOB
   else
     local job = decode(v)
-    if job.state ~= RESERVED or job.reservation ~= tonumber(ARGV[3 * i - 1]) then
+    if job.state ~= RESERVED or job.reservation ~= tonumber(ARGV[3 * i - 1]) or job.at <= now_ms then
+      -- Gone, or run out: the bucket's handler may hand it to another
+      -- consumer at any moment, and its grant may be gone already.
       out[i] = TOUCH_LOST
     else
       job.at = now_ms + job.ttr
