@@ -17,7 +17,9 @@ type moveResult struct {
 	// moved is how many due jobs the holder moved.
 	moved int
 	// next is how long until the bucket's next job is due; -1 when the
-	// bucket is empty, or not known (to neither holder nor standby).
+	// bucket is empty, or not known (to neither holder nor standby). For
+	// the standby, how long until it could take the bucket over: the next
+	// job overdue by takeoverGrace, and the holder silent as long.
 	next time.Duration
 	// wait is, for the standby, how long the holder's lease has to run;
 	// for neither, the standby's.

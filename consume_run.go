@@ -49,7 +49,8 @@ func (c *consumer) start(job *Job, sent, now time.Time) context.Context {
 		cancelCause(cause)
 		cancelDeadline()
 	}
-	r := &running{ref: &Job{ID: job.ID, Topic: job.Topic, TTR: job.TTR, reservation: job.reservation, queue: job.queue, grant: job.grant},
+	r := &running{ref: &Job{ID: job.ID, Topic: job.Topic, TTR: job.TTR, ReservedUntil: job.ReservedUntil,
+		reservation: job.reservation, queue: job.queue, grant: job.grant},
 		cancel: cancel, renewed: sent, stop: now.Add(maxRun)}
 	c.mu.Lock()
 	c.running[job] = r

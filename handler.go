@@ -164,7 +164,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		h.listen()
 		wait := renewWithin(h.q.opts.lease)
 		if res.next >= 0 {
-			wait = min(wait, res.next+takeoverGrace)
+			wait = min(wait, res.next)
 		}
 		return wait
 	}
@@ -233,7 +233,9 @@ func (h *bucketHandler) ticks(ctx context.Context) time.Duration {
 	}
 	next, err := h.q.fireTicks(ctx, h.b)
 	if err != nil {
-		h.q.opts.logger.Warn("delayqueue: bucket handler cannot fire schedules", attrBucket, h.b, attrError, err)
+		if ctx.Err() == nil { // not the end of Close
+			h.q.opts.logger.Warn("delayqueue: bucket handler cannot fire schedules", attrBucket, h.b, attrError, err)
+		}
 		next = retryBackoff(1)
 	}
 	h.mu.Lock()

@@ -23,7 +23,7 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, roleStandby, res.role, "a free standby lease is taken")
 	assert.Equal(t, 20*time.Second, res.wait, "how long the holder's lease has to run")
-	assert.Equal(t, time.Duration(0), res.next, "the job is due")
+	assert.Equal(t, takeoverGrace, res.next, "until the job, due now, is overdue by the grace")
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, StateDelayed, job.State, "a handler without the lease moves nothing")
@@ -80,6 +80,50 @@ func TestTheStandbyTakesOverFromASilentHolder(t *testing.T) {
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, StateReady, job.State)
+}
+
+// The standby comes back when it could take the bucket over: when the
+// next job is overdue by the grace and the holder silent as long, not a
+// whole grace after it found the job due.
+func TestTheStandbyLooksAgainWhenItCouldTakeOver(t *testing.T) {
+	ctx := context.Background()
+	q, m, c, advance := clockQueue(t)
+	bk := q.keys.bucket(0)
+	pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	advance(time.Second)
+	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+	advance(100 * time.Millisecond)
+	m.FastForward(100 * time.Millisecond)
+	res, err := q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	require.Equal(t, roleStandby, res.role)
+	assert.Equal(t, takeoverGrace-100*time.Millisecond, res.next)
+
+	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+	res, err = q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	assert.Equal(t, takeoverGrace, res.next, "the holder just moved: silent for a grace more")
+}
+
+// A standby that takes a lease its holder let go (at Close) frees the
+// standby lease for another, as one that takes the bucket over does:
+// otherwise nobody stands by until the standby lease runs out.
+func TestAStandbyThatTakesALeaseLetGoFreesTheStandbyLease(t *testing.T) {
+	ctx := context.Background()
+	q, _, c, _ := clockQueue(t)
+	bk := q.keys.bucket(0)
+	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+	res, err := q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	require.Equal(t, roleStandby, res.role)
+	require.NoError(t, c.Del(ctx, bk.lock).Err()) // the holder let go
+	res, err = q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	require.Equal(t, roleHolder, res.role)
+	assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "the standby lease is free for another")
+	res, err = q.moveDue(ctx, 0, "third", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleStandby, res.role)
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {

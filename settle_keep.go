@@ -168,9 +168,15 @@ func (c *consumer) extend(ctx context.Context) error {
 			r.renewed = now
 		case errors.Is(errs[i], ErrReservationLost), errors.Is(errs[i], ErrNotFound):
 			// Gone to another consumer, or removed: the handler works
-			// for nothing, and its ctx says why.
+			// for nothing, and its ctx says why. A job gone after its
+			// reservation ran out went to another consumer, which
+			// finished it: the reservation is what was lost.
+			cause := errs[i]
+			if errors.Is(cause, ErrNotFound) && !now.Before(r.ref.ReservedUntil) {
+				cause = fmt.Errorf("%w: %q", ErrReservationLost, r.ref.ID)
+			}
 			r.lost = true
-			r.cancel(errs[i])
+			r.cancel(cause)
 		default:
 			failed = errs[i] // a Redis error: tried again soon
 		}

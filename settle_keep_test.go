@@ -131,3 +131,32 @@ func TestMaxRunTimeCountsFromTheHandlersStart(t *testing.T) {
 	require.NoError(t, <-errc)
 	assert.Greater(t, got, maxRun/2, "the handler gets its whole MaxRunTime, not what the wait left")
 }
+
+// A running job found gone by the keeper ends its handler's ctx with the
+// cause that says why: removed while reserved (ErrNotFound), or gone after
+// its reservation ran out, to another consumer that finished it
+// (ErrReservationLost).
+func TestTheKeeperSaysWhyARunningJobIsGone(t *testing.T) {
+	ctx := context.Background()
+	q := newQueue(t, miniredisClient(t))
+	for name, tc := range map[string]struct {
+		until time.Time
+		want  error
+	}{
+		"removed while reserved":           {time.Now().Add(time.Hour), ErrNotFound},
+		"gone after its reservation ended": {time.Now().Add(-time.Second), ErrReservationLost},
+	} {
+		pushed(t, q, &Job{Topic: "t", TTR: time.Hour})
+		job, err := q.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		require.NoError(t, q.Remove(ctx, job.ID))
+		var cause error
+		c := &consumer{q: q, running: map[*Job]*running{}}
+		ref := *job
+		ref.ReservedUntil = tc.until
+		c.running[job] = &running{ref: &ref, cancel: func(err error) { cause = err },
+			renewed: time.Now().Add(-time.Hour), stop: time.Now().Add(time.Hour)}
+		require.NoError(t, c.extend(ctx))
+		assert.ErrorIs(t, cause, tc.want, name)
+	}
+}

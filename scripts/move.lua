@@ -18,7 +18,9 @@
 -- ...} with how many jobs became ready per topic, fresh being 1 when the
 -- call took a free lease or the bucket over (0 when it extended its own),
 -- and count 0 for a topic of ARGV[6..] whose waiting job got a signal;
--- {-2, next_due_in_us or -1, lease ttl ms} when the caller is the standby;
+-- {-2, takeover_in_us or -1, lease ttl ms} when the caller is the standby,
+-- takeover_in_us being how long until the bucket's next job is overdue by
+-- the grace and the holder silent as long (-1: no job);
 -- {-1, standby ttl ms} when other tokens hold both leases.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
@@ -81,6 +83,11 @@ local held_by = holder and string.match(holder, '^%S+')
 local fresh = 0
 if holder == false then
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
+  -- A standby that takes a lease let go leaves the standby lease to
+  -- another, as one that takes the bucket over does.
+  if redis.call('GET', standby) == token then
+    redis.call('DEL', standby)
+  end
   fresh = 1
 elseif held_by == token then
   redis.call('PEXPIRE', lock, lease)
@@ -93,8 +100,11 @@ else
   local ttl = redis.call('PTTL', lock)
   local first = earliest(bucket)
   local silent = tonumber(string.match(holder, '%d+$') or lease) - ttl
-  if first == nil or first > now_ms - grace or silent < grace then
-    return {MOVE_STANDBY, until_due(), ttl}
+  if first == nil then
+    return {MOVE_STANDBY, -1, ttl}
+  elseif first > now_ms - grace or silent < grace then
+    local wait_ms = math.max(first + grace - now_ms, grace - silent, 0)
+    return {MOVE_STANDBY, wait_ms * 1000, ttl}
   end
   -- Overdue, and nothing moved: take the bucket over.
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
