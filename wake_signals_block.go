@@ -173,7 +173,7 @@ func (w *waits) block(g *waitGroup) {
 			}
 		case errors.Is(err, redis.Nil):
 			failures = 0
-			w.expired()
+			w.expired(g)
 		case w.ctx.Err() != nil, errors.Is(err, ErrClosed):
 			return
 		default:
@@ -193,14 +193,17 @@ func (w *waits) block(g *waitGroup) {
 	}
 }
 
-// expired is the safety look at the end of a blocked call's wait: each
-// waiting consumer looks again where signals are not known, and a paused
-// topic is read again, should its resume have been missed.
-func (w *waits) expired() {
+// expired is the safety look at the end of group g's blocked call's
+// wait: a waiting consumer of each topic looks again at the group's
+// buckets, and a paused topic is read again, should its resume have been
+// missed. The other groups' buckets have calls of their own, whose ends
+// look there: on a Cluster, a call per bucket, and a look per bucket and
+// blockFor, not one at every bucket each time one of them ends.
+func (w *waits) expired(g *waitGroup) {
 	w.mu.Lock()
 	var wake []*waiter
 	for _, tw := range w.topics {
-		for b := range tw.avail {
+		for _, b := range g.buckets {
 			tw.avail[b] = unknown
 		}
 		tw.paused = false // a reserve call says again

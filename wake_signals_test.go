@@ -1524,3 +1524,27 @@ func TestAHolderLooksPastTracesForAJobWhoseSignalWasLost(t *testing.T) {
 		assert.Empty(t, res.signaled, "none waits now")
 	})
 }
+
+// The end of a blocked call's wait has a consumer look again at the call's
+// own buckets, not at every bucket: on a Cluster each bucket has a call of
+// its own, and each ending looked at all of them, eight looks where one
+// was due (an idle worker on 8 buckets sent 0.73 reserve calls a second,
+// then 0.41).
+func TestABlockedCallsEndLooksAgainAtItsOwnBuckets(t *testing.T) {
+	q := newQueue(t, miniredisClient(t), WithBuckets(4))
+	w, err := q.waiting()
+	require.NoError(t, err)
+	wt := &waiter{wake: make(chan wakeUp, 1), want: 1}
+	w.mu.Lock()
+	tw := w.topicLocked("t")
+	for b := range tw.avail {
+		tw.avail[b] = 0 // each said: no signal, no job
+	}
+	tw.waiters = append(tw.waiters, wt)
+	w.mu.Unlock()
+	w.expired(&waitGroup{buckets: []int{2}})
+	assert.Equal(t, wakeUp{b: noSignal}, <-wt.wake)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	assert.Equal(t, []int{0, 0, unknown, 0}, tw.avail)
+}
