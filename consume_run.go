@@ -174,10 +174,10 @@ func (c *consumer) call(ctx context.Context, job *Job) (err error) {
 		}
 	}()
 	err = c.handler(ctx, job)
-	var snooze *SnoozeError
+	snooze, snoozed := outcomeOf(err).(*SnoozeError)
 	switch {
 	case err == nil || c.ctx.Err() != nil:
-	case errors.As(err, &snooze): // not a failure
+	case snoozed: // not a failure
 		c.q.opts.logger.Debug("delayqueue: handler snoozed its job", attrTopic, job.Topic, attrJobID, job.ID, "delay", snooze.Delay)
 	default:
 		c.q.opts.logger.Warn("delayqueue: handler failed", attrTopic, job.Topic, attrJobID, job.ID,

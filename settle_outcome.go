@@ -9,6 +9,9 @@ import (
 // Handler outcomes. A Consume handler returns nil to finish its job, and an
 // error to retry it after the queue's backoff; these errors say otherwise.
 // They may be wrapped (fmt.Errorf with %w), and Retry honours them too.
+// When an error names more than one, the outermost wins: RetryIn(d, err)
+// retries after d even when err wraps ErrSkipRetry or a Snooze, and in a
+// joined error (errors.Join) the first that names one wins.
 
 // ErrSkipRetry, returned by a handler or wrapped in its error, sends the
 // job to the dead letters at once, whatever attempts it has left, with the
@@ -37,13 +40,21 @@ type RetryInError struct {
 }
 
 func (e *RetryInError) Error() string {
+	if e == nil {
+		return "delayqueue: retry in <nil>"
+	}
 	if e.Cause == nil {
 		return fmt.Sprintf("delayqueue: retry in %v", e.Delay)
 	}
 	return fmt.Sprintf("delayqueue: retry in %v: %v", e.Delay, e.Cause)
 }
 
-func (e *RetryInError) Unwrap() error { return e.Cause }
+func (e *RetryInError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Cause
+}
 
 // Snooze returns an error that, returned by a handler, puts the job back
 // for delay without counting the attempt and without recording an error:
@@ -62,5 +73,44 @@ type SnoozeError struct {
 }
 
 func (e *SnoozeError) Error() string {
+	if e == nil {
+		return "delayqueue: snooze <nil>"
+	}
 	return fmt.Sprintf("delayqueue: snooze for %v", e.Delay)
+}
+
+// outcomeOf returns the outcome err names: ErrSkipRetry, a *SnoozeError or
+// a *RetryInError, the outermost met going down its chain (a joined
+// error's in order); nil when it names none. A nil *SnoozeError or
+// *RetryInError names none.
+func outcomeOf(err error) error {
+	for err != nil {
+		switch e := err.(type) {
+		case *SnoozeError:
+			if e != nil {
+				return e
+			}
+		case *RetryInError:
+			if e != nil {
+				return e
+			}
+		}
+		if is, ok := err.(interface{ Is(error) bool }); err == ErrSkipRetry || ok && is.Is(ErrSkipRetry) {
+			return ErrSkipRetry
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if o := outcomeOf(e); o != nil {
+					return o
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
 }

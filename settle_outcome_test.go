@@ -142,3 +142,49 @@ func TestConsumeLogsHandlerErrorsAndPanics(t *testing.T) {
 	assert.Contains(t, out, `msg="delayqueue: handler panicked" topic=t job_id=`+id+` attempt=2 panic="nil map" stack=`)
 	assert.Contains(t, out, "TestConsumeLogsHandlerErrorsAndPanics", "the stack names the handler")
 }
+
+// When an error names more than one outcome, the outermost wins: a
+// RetryIn whose cause wraps ErrSkipRetry or a Snooze retries after its
+// delay, and a joined error's first outcome wins. A nil outcome error
+// names none, and reads without a panic.
+func TestTheOutermostOutcomeWins(t *testing.T) {
+	skip := fmt.Errorf("lower layer: %w", ErrSkipRetry)
+	for name, tc := range map[string]struct {
+		err  error
+		want error
+	}{
+		"RetryIn over ErrSkipRetry":    {RetryIn(time.Hour, skip), &RetryInError{}},
+		"RetryIn over Snooze":          {fmt.Errorf("x: %w", RetryIn(time.Hour, Snooze(time.Minute))), &RetryInError{}},
+		"Snooze first in a join":       {errors.Join(Snooze(time.Hour), ErrSkipRetry), &SnoozeError{}},
+		"ErrSkipRetry first in a join": {errors.Join(errors.New("a"), skip, Snooze(time.Hour)), ErrSkipRetry},
+		"none":                         {errors.New("plain"), nil},
+		"a nil RetryInError":           {(*RetryInError)(nil), nil},
+		"a nil SnoozeError, wrapped":   {fmt.Errorf("x: %w", (*SnoozeError)(nil)), nil},
+	} {
+		got := outcomeOf(tc.err)
+		if tc.want == nil {
+			assert.Nil(t, got, name)
+			continue
+		}
+		assert.IsType(t, tc.want, got, name)
+		assert.NotEmpty(t, tc.err.Error(), name)
+	}
+	assert.NotPanics(t, func() {
+		var r *RetryInError
+		_ = errors.As(fmt.Errorf("x: %w", (*RetryInError)(nil)), &r)
+		_ = (*RetryInError)(nil).Error()
+		_ = (*SnoozeError)(nil).Error()
+	})
+
+	// Retry settles by it: retried after the hour, not dead.
+	ctx := context.Background()
+	q := newQueue(t, miniredisClient(t))
+	id := pushed(t, q, &Job{Topic: "t"})
+	job, err := q.Pop(ctx, "t", 0)
+	require.NoError(t, err)
+	require.NoError(t, q.Retry(ctx, job, RetryIn(time.Hour, skip)))
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateDelayed, got.State)
+	assert.Equal(t, "lower layer: delayqueue: skip retry", got.LastError)
+}

@@ -2,7 +2,6 @@ package delayqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -91,15 +90,13 @@ func (q *DelayQueue) retry(ctx context.Context, job *Job, cause error) error {
 	if job == nil {
 		return fmt.Errorf("%w: nil", ErrInvalidJob)
 	}
-	var snooze *SnoozeError
-	var retryIn *RetryInError
-	switch {
-	case errors.Is(cause, ErrSkipRetry):
+	switch o := outcomeOf(cause).(type) {
+	case *SnoozeError:
+		return q.retryAfter(ctx, job, max(o.Delay, 0), cause, retrySnooze)
+	case *RetryInError:
+		return q.retryAfter(ctx, job, max(o.Delay, 0), o.Cause, retryCounted)
+	case error: // ErrSkipRetry, the only other outcome
 		return q.retryAfter(ctx, job, 0, cause, retryDead)
-	case errors.As(cause, &snooze):
-		return q.retryAfter(ctx, job, max(snooze.Delay, 0), cause, retrySnooze)
-	case errors.As(cause, &retryIn):
-		return q.retryAfter(ctx, job, max(retryIn.Delay, 0), retryIn.Cause, retryCounted)
 	}
 	// A Backoff of the user's that returns a negative wait retries at once.
 	return q.retryAfter(ctx, job, max(q.opts.backoff(job.Attempts), 0), cause, retryCounted)
