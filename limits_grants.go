@@ -152,6 +152,16 @@ func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err 
 	}
 }
 
+// recordedGrant gives back grant, of a job of topic that this process
+// settled though another may hold it (scripts/lib/grants.lua). It goes
+// back to Redis, not to a consumer of this process: the process that
+// reserved the job still holds the grant's name, and gives it back in
+// turn when it finds the job gone, which would free the slot of a job
+// reserved with it here.
+func (q *DelayQueue) recordedGrant(ctx context.Context, topic, grant string) {
+	q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
+}
+
 // extendedGrants moves the deadlines of the grants of jobs whose
 // reservations were just extended.
 func (q *DelayQueue) extendedGrants(ctx context.Context, jobs []*Job, errs []error) {

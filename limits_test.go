@@ -638,3 +638,25 @@ func TestAGrantBeforeItsJobLastsTheTopicsTTR(t *testing.T) {
 	lm.sawTTR("t", 2*time.Second)
 	assert.Equal(t, 5*time.Second, lm.hold("t", time.Minute))
 }
+
+// A grant a process gives back for a job another process reserved goes
+// back to Redis, not to a consumer of its own that waits at the limit:
+// the reserving process still holds the grant's name, and gives it back
+// when it finds the job gone, which would free the slot of the job run
+// with it.
+func TestARecordedGrantIsNotHandedOverLocally(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		a, b := oneSlot(t, be, 3)
+		j1, err := a.Pop(ctx, "t", 0)
+		require.NoError(t, err)
+		got := popAtTheLimit(t, b)
+		require.NoError(t, b.Finish(ctx, j1.ID), "finished where it was not popped")
+		j2 := <-got
+		require.NotNil(t, j2)
+		assert.ErrorIs(t, a.Finish(ctx, j1.ID), ErrNotFound)
+		_, err = a.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "j2 holds the only slot")
+		require.NoError(t, b.Finish(ctx, j2.ID))
+	})
+}

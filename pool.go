@@ -98,7 +98,7 @@ func (q *DelayQueue) givenUp(ctx context.Context, res []any) {
 	}
 	topic, _ := res[1].(string)
 	grant, _ := res[2].(string)
-	q.settledGrant(context.WithoutCancel(ctx), topic, grant, nil)
+	q.recordedGrant(ctx, topic, grant)
 }
 
 // read notes that job, decoded from this queue, had its ID made here

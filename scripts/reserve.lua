@@ -47,7 +47,7 @@
 -- signal found that another call looked in the last second (ARGV[8]; it
 -- says -1 or -2 as a look would, from the list's length alone); and last
 -- the finishes' answers, as finish.lua gives them. The signals given
--- (ARGV[11+2F]) are 0 unless the call reserved jobs; a second run of the
+-- (ARGV[11+3F]) are 0 unless the call reserved jobs; a second run of the
 -- call answers as many as its first gave (the record says).
 -- The call claims a signal for each job it reserves beyond those it holds.
 -- A job that waited over a second while no signal was left (one was lost
@@ -127,7 +127,7 @@ end
 
 -- record_of is the record of this call: its name, the finishes' answers
 -- ("-" for none), how it ended, the reservation before its first, the
--- signals it gave (ARGV[11+2F]), and the IDs it reserved.
+-- signals it gave (ARGV[11+3F]), and the IDs it reserved.
 local function record_of(status, reservation, found)
   local answers = finish_answers and table.concat(finish_answers, ',') or '-'
   return name .. '\n' .. answers .. '\n' .. status .. '\n' .. string.format('%d', reservation) .. '\n' ..
