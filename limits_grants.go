@@ -24,12 +24,16 @@ import (
 // grant before the grant runs out.
 const grantSlack = time.Second
 
-// boundDeadline returns the deadline of a grant of deadline bound to a
-// reservation until (ms), and whether it must move there.
-func boundDeadline(deadline, until int64) (int64, bool) {
+// boundDeadline is the deadline a grant moves to when bound to a
+// reservation until (ms): grantSlack past it.
+func boundDeadline(until int64) int64 { return until + grantSlack.Milliseconds() }
+
+// boundWell reports whether a grant of deadline, bound to a reservation
+// until, may stay as it is: from half to twice grantSlack past it.
+func boundWell(deadline, until int64) bool {
 	slack := grantSlack.Milliseconds()
 	d := deadline - until
-	return until + slack, d < slack/2 || d > 2*slack
+	return d >= slack/2 && d <= 2*slack
 }
 
 // grant is what one acquire call granted: the grants named call:1 to
@@ -118,12 +122,12 @@ func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
 	gb := &giveBack{topic: g.topic}
 	for i, job := range jobs {
 		if !g.counted {
-			continue
+			break // a Rate's grants are not held
 		}
 		job.grant = g.name(i + 1)
 		q.limiter.sawTTR(g.topic, job.TTR)
-		if to, move := boundDeadline(g.deadline, job.ReservedUntil.UnixMilli()); move {
-			gb.moved = append(gb.moved, job.grant, to)
+		if until := job.ReservedUntil.UnixMilli(); !boundWell(g.deadline, until) {
+			gb.moved = append(gb.moved, job.grant, boundDeadline(until))
 		}
 	}
 	for i := len(jobs) + 1; i <= g.n; i++ {
@@ -148,17 +152,18 @@ func (q *DelayQueue) settledGrant(ctx context.Context, topic, grant string, err 
 	// job no longer held (err): whoever settled it may be giving it back
 	// (scripts/lib/grants.lua), and a consumer must not reserve with it.
 	if q.closed.Load() || err != nil || !q.limiter.handOver(topic, grant) {
-		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
+		q.giveBackGrant(ctx, topic, grant)
 	}
 }
 
-// recordedGrant gives back grant, of a job of topic that this process
-// settled though another may hold it (scripts/lib/grants.lua). It goes
-// back to Redis, not to a consumer of this process: the process that
-// reserved the job still holds the grant's name, and gives it back in
-// turn when it finds the job gone, which would free the slot of a job
-// reserved with it here.
-func (q *DelayQueue) recordedGrant(ctx context.Context, topic, grant string) {
+// giveBackGrant gives grant of topic back to Redis, which wakes a consumer
+// waiting at the limit in whichever process, even when ctx has ended.
+// It is how a grant taken from a job's record goes back (Finish by ID,
+// Remove, Upsert; scripts/lib/grants.lua): never to a consumer of this
+// process, as settledGrant may, for the process that reserved the job
+// still holds the grant's name and gives it back in turn when it finds
+// the job gone, which would free the slot of a job reserved with it here.
+func (q *DelayQueue) giveBackGrant(ctx context.Context, topic, grant string) {
 	q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{grant}})
 }
 
@@ -175,8 +180,7 @@ func (q *DelayQueue) extendedGrants(ctx context.Context, jobs []*Job, errs []err
 			gb = &giveBack{topic: job.Topic}
 			byTopic[job.Topic] = gb
 		}
-		to, _ := boundDeadline(0, job.ReservedUntil.UnixMilli())
-		gb.moved = append(gb.moved, job.grant, to)
+		gb.moved = append(gb.moved, job.grant, boundDeadline(job.ReservedUntil.UnixMilli()))
 	}
 	for _, gb := range byTopic {
 		q.giveBackNow(ctx, gb)
@@ -262,7 +266,7 @@ func (q *DelayQueue) awaitCapacity(ctx context.Context, topic string, wait time.
 	defer func() {
 		// A grant handed over after the wait ended goes back.
 		if g := q.limiter.leave(topic, lw); g != "" {
-			q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: topic, settled: []string{g}})
+			q.giveBackGrant(ctx, topic, g)
 		}
 	}()
 	q.observe(ctx, Event{Kind: EventLimited, Topic: topic})
@@ -409,7 +413,7 @@ func (q *DelayQueue) unrenewed(ctx context.Context, g *grant, err error, jobs []
 		}
 	}
 	if released { // else the grant runs out at its deadline
-		q.giveBackNow(context.WithoutCancel(ctx), &giveBack{topic: g.topic, settled: []string{g.handed}})
+		q.giveBackGrant(ctx, g.topic, g.handed)
 	}
 }
 

@@ -61,22 +61,22 @@ func (q *DelayQueue) Remove(ctx context.Context, id string) error {
 	}
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptRemove, []string{bk.pool, bk.zset, bk.deadPrefix, bk.dedup, bk.deadTopics, bk.counts, bk.grants}, id).Slice()
-	status, err := endedReservation(res, err)
+	status, err := q.endedReservation(ctx, res, err)
 	if err != nil {
 		return fmt.Errorf("delayqueue: remove %q: %w", id, err)
 	}
 	if status == removeNoJob {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	q.givenUp(ctx, res)
 	q.held.settled(id, 0)
 	return nil
 }
 
 // endedReservation reads the reply of a script that may end a job's
-// reservation, whoever holds it (remove.lua, upsert.lua): its status, and
-// after it the topic and grant of the reserved job it ended, if any.
-func endedReservation(res []any, err error) (int64, error) {
+// reservation, whoever holds it (remove.lua, upsert.lua): its status and,
+// after it, the topic and grant of the reserved job it ended, which it
+// gives back for whichever process reserved the job.
+func (q *DelayQueue) endedReservation(ctx context.Context, res []any, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
@@ -87,18 +87,12 @@ func endedReservation(res []any, err error) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("unexpected reply %v", res)
 	}
-	return status, nil
-}
-
-// givenUp gives back the grant of a reserved job that a script ended
-// (endedReservation), for whichever process reserved it.
-func (q *DelayQueue) givenUp(ctx context.Context, res []any) {
-	if len(res) != 3 {
-		return
+	if len(res) == 3 {
+		topic, _ := res[1].(string)
+		grant, _ := res[2].(string)
+		q.giveBackGrant(ctx, topic, grant)
 	}
-	topic, _ := res[1].(string)
-	grant, _ := res[2].(string)
-	q.recordedGrant(ctx, topic, grant)
+	return status, nil
 }
 
 // read notes that job, decoded from this queue, had its ID made here

@@ -191,11 +191,10 @@ func (q *DelayQueue) upsert(ctx context.Context, job *Job, a pushArgs) (PushResu
 	bk := q.keys.bucket(b)
 	res, err := q.run(ctx, b, scriptUpsert, []string{bk.pool, bk.zset, bk.readyPrefix, bk.dedup, bk.counts, bk.sigPrefix,
 		bk.deadPrefix, bk.deadTopics, bk.grants}, bk.wake, q.pub, job.ID, a.delayMs, a.job).Slice()
-	status, err := endedReservation(res, err)
+	status, err := q.endedReservation(ctx, res, err)
 	if err != nil {
 		return PushResult{}, fmt.Errorf("delayqueue: upsert %q: %w", job.ID, err)
 	}
-	q.givenUp(ctx, res)
 	q.observe(ctx, Event{Kind: EventPushed, Topic: job.Topic, JobID: job.ID, Existed: status == upsertReplaced})
 	return PushResult{ID: job.ID, Existed: status == upsertReplaced}, nil
 }

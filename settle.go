@@ -66,7 +66,7 @@ func (q *DelayQueue) finishWithin(ctx context.Context, id string, reservation an
 		return fmt.Errorf("delayqueue: finish %q: %w", id, err)
 	}
 	if c.grant != "" {
-		q.recordedGrant(ctx, c.grantTopic, c.grant)
+		q.giveBackGrant(ctx, c.grantTopic, c.grant)
 	}
 	return q.finished(ctx, id, topic, c.status)
 }
