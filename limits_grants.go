@@ -111,26 +111,26 @@ func (q *DelayQueue) acquire(ctx context.Context, topic string, want int) (g *gr
 		time.Duration(res[2]) * time.Millisecond, res[3] == 1, nil
 }
 
-// bind gives each reserved job one of g's grants, moves the deadline of
-// those whose reservations run past it, and gives back the grants no job
-// used. A failure is logged: the grants run out at their deadline. A
-// grant of a Rate alone is not held: its job holds none.
-func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job) {
+// bind takes the jobs reserved with g, each holding the grant its reserve
+// call recorded for it (placed), moves the deadline of those whose
+// reservations run past it, and gives back the grants no call recorded:
+// those after the first used. A failure is logged: the grants run out at
+// their deadline. A grant of a Rate alone is not held: its job holds none.
+func (q *DelayQueue) bind(ctx context.Context, g *grant, jobs []*Job, used int) {
 	if g == nil {
 		return
 	}
 	gb := &giveBack{topic: g.topic}
-	for i, job := range jobs {
+	for _, job := range jobs {
 		if !g.counted {
 			break // a Rate's grants are not held
 		}
-		job.grant = g.name(i + 1)
 		q.limiter.sawTTR(g.topic, job.TTR)
 		if until := job.ReservedUntil.UnixMilli(); !boundWell(g.deadline, until) {
 			gb.moved = append(gb.moved, job.grant, boundDeadline(until))
 		}
 	}
-	for i := len(jobs) + 1; i <= g.n; i++ {
+	for i := used + 1; i <= g.n; i++ {
 		gb.unused = append(gb.unused, g.name(i))
 	}
 	if len(gb.unused) > 0 || len(gb.moved) > 0 {
@@ -386,14 +386,14 @@ var errNotRenewed = errors.New("delayqueue: grant not renewed")
 // came through; when it did not, the jobs reserved with it are released
 // to ready at once, the grant is given back after them, and it reports
 // false.
-func (q *DelayQueue) bindRenewed(ctx context.Context, g *grant, renewed chan error, jobs []*Job) bool {
+func (q *DelayQueue) bindRenewed(ctx context.Context, g *grant, renewed chan error, jobs []*Job, used int) bool {
 	if renewed != nil {
 		if err := <-renewed; err != nil {
 			q.unrenewed(ctx, g, err, jobs)
 			return false
 		}
 	}
-	q.bind(ctx, g, jobs)
+	q.bind(ctx, g, jobs, used)
 	return true
 }
 

@@ -124,18 +124,20 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 			// took effect. A job no longer held was settled elsewhere,
 			// and whoever settled it may be giving its grant back
 			// (scripts/lib/grants.lua): the new job goes back to ready.
-			next := jobs[:1]
+			// A job settled elsewhere before the call's second run (nil)
+			// took the grant with it.
+			next := placed(jobs[:1], []string{c.job.grant})
 			jobs = jobs[1:]
 			g := &grant{topic: c.job.Topic, handed: c.job.grant, n: 1, counted: true}
 			err := renewed[c](g)
-			if err == nil && c.err != nil {
+			if err == nil && (c.err != nil || len(next) == 0) {
 				err = errNotRenewed
 			}
 			if err != nil {
 				q.unrenewed(ctx, g, err, next)
 				continue
 			}
-			q.bind(ctx, g, next)
+			q.bind(ctx, g, next, 1)
 			c.next = next[0]
 		}
 	}

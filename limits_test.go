@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dqueue/delayqueue/internal/flakyconn"
 	"github.com/dqueue/delayqueue/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -409,6 +410,47 @@ func TestAnyProcessThatSettlesAJobFreesItsSlot(t *testing.T) {
 				assert.NotContains(t, k, ":grant:", "the grants recorded went with their jobs")
 			}
 		}
+	})
+}
+
+// A reserve call sent again after its reply was lost answers with the
+// jobs its first run reserved, in their places: a job another process
+// settled in between keeps its place, empty, and the job after it holds
+// the grant recorded for it. Answered in a row, the job left would be
+// bound to the settled job's grant, which the settler gave back, and its
+// own grant given back as unused: it would run uncounted.
+func TestAReserveSentAgainBindsEachJobTheGrantRecordedForIt(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		a, b := twoInstances(t, c)
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 2}))
+		first := pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+		second := pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+		fired, release := d.LoseNextReplyThenHold(loadedScript(t, a, scriptReserve))
+		popped := make(chan []*Job, 1)
+		go func() {
+			jobs, err := a.pop(ctx, "t", 2, 0)
+			assert.NoError(t, err)
+			popped <- jobs
+		}()
+		require.Eventually(t, fired, time.Minute, time.Millisecond, "the first run reserves both jobs")
+		require.NoError(t, b.Remove(ctx, first), "settled elsewhere before the call is sent again")
+		release()
+		jobs := <-popped
+		require.Len(t, jobs, 1)
+		assert.Equal(t, second, jobs[0].ID)
+		running := func() int {
+			t.Helper()
+			u, err := b.limitUsage(ctx)
+			require.NoError(t, err)
+			return u["t"].Running
+		}
+		assert.Equal(t, 1, running(), "the job left holds a slot")
+		require.NoError(t, a.Finish(ctx, jobs[0].ID))
+		assert.Equal(t, 0, running(), "its finish frees the slot it held")
+	}, func(o *redis.Options) {
+		o.MaxRetries = -1            // the queue sends the call again, not go-redis
+		o.WriteTimeout = time.Minute // the call sent again waits for the release
 	})
 }
 

@@ -31,7 +31,10 @@ type reserveCall struct {
 	want   int
 	held   int // signals the consumer holds
 	mode   reserveMode
-	grants []string // the grant each job reserved holds, in order (grant.names)
+	grants []string // the grant each job reserved holds, by place (grant.names)
+	// jobs are the jobs reserved, in their places, which a second run of
+	// the call keeps: nil for a job another process settled after the
+	// first (reserve.lua's replay; see placed).
 	jobs   []*Job
 	status reserveStatus
 	// left is the signals the list holds after the call; or, when none,
@@ -224,16 +227,41 @@ func (q *DelayQueue) reserved(ctx context.Context, b int, topic string, c *scrip
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("delayqueue: pop %q from bucket %d: %w", topic, b, err)
 	}
+	n := 0
 	for _, job := range jobs {
-		job.queue = q.ident
-		q.read(job)
+		if job != nil {
+			job.queue = q.ident
+			q.read(job)
+			n++
+		}
 	}
-	q.observe(ctx, Event{Kind: EventReserveCall, Topic: topic, Count: len(jobs), Finishes: c.finishes, Unclaimed: status == reserveUnclaimed})
+	q.observe(ctx, Event{Kind: EventReserveCall, Topic: topic, Count: n, Finishes: c.finishes, Unclaimed: status == reserveUnclaimed})
 	return jobs, status, left, nil
 }
 
+// placed returns the jobs of places, the jobs a reserve call reserved in
+// their places, each with the grant that names records for its place
+// (none when names is empty). A nil place, a job another process settled
+// before the call's second run, is left out: its grant went with it, to
+// whoever settled it (scripts/lib/grants.lua), and the grants of the jobs
+// after it are still those of their places.
+func placed(places []*Job, names []string) []*Job {
+	jobs := make([]*Job, 0, len(places))
+	for i, job := range places {
+		if job == nil {
+			continue
+		}
+		if i < len(names) {
+			job.grant = names[i]
+		}
+		jobs = append(jobs, job)
+	}
+	return jobs
+}
+
 // reserveResult reads reserve.lua's reply to a call that finished
-// finishes jobs first: the jobs reserved, how the call ended, and the
+// finishes jobs first: the jobs reserved, in their places (nil for a job
+// settled elsewhere before a second run), how the call ended, and the
 // signals left.
 func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, error) {
 	res, err := cmd.Slice()
@@ -256,7 +284,11 @@ func reserveResult(cmd *redis.Cmd, finishes int) ([]*Job, reserveStatus, int, er
 	var jobs []*Job
 	for i := 3; i < len(res); i += 3 {
 		id, _ := res[i].(string)
-		v, _ := res[i+1].(string)
+		v, ok := res[i+1].(string)
+		if !ok && res[i+1] == nil {
+			jobs = append(jobs, nil) // settled elsewhere before this second run
+			continue
+		}
 		job, err := decodeJob(id, []byte(v))
 		if err != nil {
 			return nil, 0, 0, err
@@ -383,6 +415,7 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 			looks = w.plan(topic, want, start, timeout <= 0)
 		}
 		var got []*Job
+		used := 0 // g's grants recorded by the calls: one per place
 		again := false
 		for i, l := range looks {
 			n := min(want-len(got), maxReserve)
@@ -407,7 +440,8 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				mode = reserveLost
 			}
 			k := min(n, max(l.n, l.held))
-			c, err := q.reserve(ctx, l.b, topic, k, l.held, mode, g.names(len(got), k)...)
+			names := g.names(used, k)
+			c, err := q.reserve(ctx, l.b, topic, k, l.held, mode, names...)
 			if err != nil {
 				// The signals of this look and of those not sent go to
 				// another consumer: one too many costs a look, one too few
@@ -422,8 +456,10 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				if l.lost {
 					w.lostLooked(topic, l.b, c.status == reserveUnclaimed)
 				}
-				q.observeReserved(ctx, c.jobs)
-				got = append(got, c.jobs...)
+				jobs := placed(c.jobs, names)
+				used += len(c.jobs)
+				q.observeReserved(ctx, jobs)
+				got = append(got, jobs...)
 				again = again || c.status == reserveStale || resumedSince
 			}
 			switch {
@@ -432,16 +468,16 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 				// error is logged here and met again on its next pop.
 				q.opts.logger.Warn("delayqueue: cannot pop from a bucket; returning the jobs reserved so far",
 					attrTopic, topic, attrBucket, l.b, attrError, err)
-				if !q.bindRenewed(ctx, g, renewed, got) {
+				if !q.bindRenewed(ctx, g, renewed, got, used) {
 					return nil, err
 				}
 				return got, nil
 			case err != nil:
-				q.bindRenewed(ctx, g, renewed, nil)
+				q.bindRenewed(ctx, g, renewed, nil, used)
 				return nil, err
 			}
 		}
-		if !q.bindRenewed(ctx, g, renewed, got) {
+		if !q.bindRenewed(ctx, g, renewed, got, used) {
 			continue
 		}
 		if len(got) > 0 {

@@ -35,7 +35,7 @@
 -- order ("" for none), recorded beside it (lib/grants.lua)
 -- returns {status, signals left, signals given, id, job, due_ms, ..., F answers}:
 -- the jobs reserved, each with when it was due (its at_ms while ready; 0
--- when not known), the signals the list still holds (-1: none, and the
+-- when not known; a second run's job may be nil, see replay), the signals the list still holds (-1: none, and the
 -- list still holds jobs, whose signals are on their way or were lost with
 -- a consumer that died holding them, or may hold some behind the stale
 -- IDs the call dropped; -2: none, and the call read the list to its end:
@@ -135,9 +135,12 @@ local function record_of(status, reservation, found)
 end
 
 -- replay answers a second run from the record (record_of): the finishes'
--- answers, the signals the first run gave, and the jobs it reserved,
--- those still reserved under its reservations. The signals left are
--- those of now, or none (-1 or -2, as a look says).
+-- answers, the signals the first run gave, and the jobs it reserved, in
+-- their places; a job no longer reserved under its reservation (another
+-- process settled it since) comes as its ID and nil. Its place keeps the
+-- places of the jobs after it, whose grants the caller reads by place:
+-- the grant of its own left with whoever settled it. The signals left
+-- are those of now, or none (-1 or -2, as a look says).
 local function replay(rec)
   local fields = {}
   for f in string.gmatch(rec, '[^\n]+') do
@@ -160,11 +163,13 @@ local function replay(rec)
   for i = 6, #fields do
     local id = fields[i]
     local v = redis.call('HGET', pool, id)
+    out[#out + 1] = id
     if v and byte(v, 1) % 8 == RESERVED and read48(v, RESERVATION) == base + i - 5 then
-      out[#out + 1] = id
       out[#out + 1] = v
-      out[#out + 1] = 0
+    else
+      out[#out + 1] = false -- settled elsewhere since: a hole, which keeps its place
     end
+    out[#out + 1] = 0
   end
   return out
 end

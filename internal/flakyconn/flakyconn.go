@@ -27,16 +27,17 @@ type Dialer struct {
 type kind int
 
 const (
-	loseReply kind = iota // the next matching command runs; its reply is lost
-	stall                 // a connection that sent a matching command never answers again
-	hold                  // matching commands wait before they are sent
+	loseReply    kind = iota // the next matching command runs; its reply is lost
+	stall                    // a connection that sent a matching command never answers again
+	hold                     // matching commands wait before they are sent
+	loseThenHold             // loseReply for the first matching command, hold for the rest
 )
 
 type rule struct {
 	kind  kind
 	match string
-	used  bool          // loseReply: it fired
-	gate  chan struct{} // hold: closed to let commands through
+	used  bool          // loseReply, loseThenHold: it fired
+	gate  chan struct{} // hold, loseThenHold: closed to let commands through
 }
 
 // LoseNextReply makes the next command that contains match run on the
@@ -56,6 +57,23 @@ func (d *Dialer) LoseNextReply(match string) (fired func() bool) {
 // answering: its reads wait for their deadline, then fail with a timeout.
 func (d *Dialer) Stall(match string) {
 	d.add(&rule{kind: stall, match: strings.ToLower(match)})
+}
+
+// LoseNextReplyThenHold makes the next command that contains match run
+// with its reply lost, as LoseNextReply does, and the commands that contain
+// match after it (the same command sent again) wait before they are sent,
+// until release is called: a test acts between a command's first run and
+// its second.
+func (d *Dialer) LoseNextReplyThenHold(match string) (fired func() bool, release func()) {
+	r := d.add(&rule{kind: loseThenHold, match: strings.ToLower(match), gate: make(chan struct{})})
+	var once sync.Once
+	return func() bool {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return r.used
+		}, func() {
+			once.Do(func() { close(r.gate) })
+		}
 }
 
 // Hold makes commands containing match wait before they are sent, until
@@ -135,6 +153,15 @@ func (c *conn) Write(p []byte) (int, error) {
 			c.mu.Unlock()
 		case hold:
 			gates = append(gates, r.gate)
+		case loseThenHold:
+			if r.used {
+				gates = append(gates, r.gate)
+				break
+			}
+			r.used = true
+			c.mu.Lock()
+			c.lose = true
+			c.mu.Unlock()
 		}
 	}
 	c.d.mu.Unlock()
