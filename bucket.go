@@ -43,8 +43,8 @@ type topicCount struct {
 // (or dead letters), holding or taking the bucket's lease with token, or
 // standing by (lock.go); with trim, it also deletes the tombstones whose
 // dedup window ended. A holder also gives a signal to the job that heads
-// the ready list of each topic of stranded, when it has waited over a
-// second with none left (move.lua).
+// the ready list of each topic of stranded (everyTopic: of each with ready
+// jobs), when it has waited over a second with none left (move.lua).
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool, stranded ...string) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby, bk.watched}

@@ -31,7 +31,17 @@ type bucketHandler struct {
 	buried    time.Time            // when expired tombstones were last deleted
 	listening bool                 // subscribed to the bucket's wake channel
 	readied   map[string]time.Time // topic -> when this holder last made jobs of it ready; not looked at since
+	lookedAll time.Time            // when this holder last looked at every topic's list for a lost signal
 }
+
+// everyTopic, among the topics a move looks at for a lost signal, stands
+// for every topic with ready jobs in the bucket (no topic is empty). The
+// holder looks so once per safety poll: a signal taken from a job pushed
+// ready (which no holder made ready, so none looks a second later) by a
+// process that died or froze before it reserved the job is lost too. The
+// consumers of started processes leave that look to the holders
+// (waits.expired).
+const everyTopic = ""
 
 // stranded returns the topics whose jobs this holder made ready at least
 // strandedAfter ago (wake_signals.go), and forgets them: the next move
@@ -122,13 +132,19 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	trim := time.Since(h.buried) >= time.Second
 	now := time.Now()
 	stranded := h.stranded(now)
+	lookAll := h.lease.role == roleHolder && now.Sub(h.lookedAll) >= h.q.opts.poll
+	if lookAll {
+		stranded = append(stranded, everyTopic)
+	}
 	res, err := h.q.moveDue(ctx, h.b, h.lease.token, trim, stranded...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
 		}
 		for _, topic := range stranded {
-			h.readied[topic] = now.Add(-strandedAfter) // looked at after the failure
+			if topic != everyTopic {
+				h.readied[topic] = now.Add(-strandedAfter) // looked at after the failure
+			}
 		}
 		h.lease.role = roleNone
 		h.failures++
@@ -178,6 +194,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	if trim {
 		h.buried = time.Now()
+	}
+	if lookAll {
+		h.lookedAll = now
 	}
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)

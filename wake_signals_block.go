@@ -16,7 +16,8 @@ import (
 
 // blockFor is how long a blocked call waits before it is sent again: the
 // idle cost of a waiting process (one command per blockFor per bucket on a
-// Cluster, per process elsewhere). Each expiry is a safety look too.
+// Cluster, per process elsewhere). Each expiry is a safety look too, in
+// a process that has not started (expired).
 const blockFor = 20 * time.Second
 
 // waitGroup is one blocked call's buckets, and what it waits for now.
@@ -194,19 +195,31 @@ func (w *waits) block(g *waitGroup) {
 }
 
 // expired is the safety look at the end of group g's blocked call's
-// wait: a waiting consumer of each topic looks again at the group's
-// buckets, and a paused topic is read again, should its resume have been
-// missed. The other groups' buckets have calls of their own, whose ends
-// look there: on a Cluster, a call per bucket, and a look per bucket and
-// blockFor, not one at every bucket each time one of them ends.
+// wait. A paused topic is read again, should its resume have been missed:
+// a waiting consumer of it looks. Where this process has not started, a
+// waiting consumer of every topic looks again at the group's buckets,
+// should a signal have been lost: no bucket handler may run anywhere. A
+// started process leaves that look to the buckets' holders, in whichever
+// processes they run, which look at every topic's list each safety poll
+// (everyTopic): a look per bucket, not one per process and bucket. The
+// other groups' buckets have calls of their own, whose ends look there: on
+// a Cluster, a call per bucket, not one at every bucket each time one of
+// them ends.
 func (w *waits) expired(g *waitGroup) {
+	w.q.mu.Lock()
+	started := w.q.started
+	w.q.mu.Unlock()
 	w.mu.Lock()
 	var wake []*waiter
 	for _, tw := range w.topics {
+		paused := tw.paused
+		tw.paused = false // a reserve call says again
+		if started && !paused {
+			continue
+		}
 		for _, b := range g.buckets {
 			tw.avail[b] = unknown
 		}
-		tw.paused = false // a reserve call says again
 		if len(tw.waiters) > 0 {
 			wake = append(wake, tw.waiters[0])
 			tw.waiters = tw.waiters[1:]

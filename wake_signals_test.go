@@ -1453,17 +1453,6 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 			node, err = cc.MasterForKey(ctx, signals)
 			require.NoError(t, err)
 		}
-		blocked := func(name string) int {
-			list, err := node.ClientList(ctx).Result()
-			require.NoError(t, err)
-			n := 0
-			for _, line := range strings.Split(list, "\n") {
-				if strings.Contains(line, " flags=b ") && (name == "" || strings.Contains(line, " name="+name+" ")) {
-					n++
-				}
-			}
-			return n
-		}
 
 		// The frozen process: blocked first, it is handed the signal and
 		// never reserves the job.
@@ -1471,7 +1460,7 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 		t.Cleanup(func() { _ = frozen.Close() })
 		swallowed := make(chan error, 1)
 		go func() { swallowed <- frozen.BLMPop(ctx, 0, "left", 100, signals).Err() }()
-		require.Eventually(t, func() bool { return blocked("frozen") == 1 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return blockedOn(t, node, "frozen") == 1 }, 10*time.Second, time.Millisecond)
 		// A consumer of another process, blocked after it, before the job
 		// comes back.
 		other := newQueue(t, be.client, WithName(name))
@@ -1484,12 +1473,75 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 			}
 			got <- job.ID
 		}()
-		require.Eventually(t, func() bool { return blockedFor(other, "t") && blocked("") >= 2 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return blockedFor(other, "t") && blockedOn(t, node, "") >= 2 }, 10*time.Second, time.Millisecond)
 		back, err := holder.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, StateReserved, back.State, "all in place before the job came back")
 
 		require.NoError(t, <-swallowed, "the job came back, and its signal went to the frozen process")
+		assert.Equal(t, id, <-got, "the waiting consumer took the job all the same")
+	})
+}
+
+// blockedOn counts the clients of node blocked in a call, of those named
+// name ("": all).
+func blockedOn(t *testing.T, node *redis.Client, name string) int {
+	t.Helper()
+	list, err := node.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " flags=b ") && (name == "" || strings.Contains(line, " name="+name+" ")) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAHolderSignalsAPushedJobWhoseSignalAFrozenProcessTook: a job pushed
+// ready, which no holder made ready, may lose its signal to a process
+// that froze as it took it. Each safety poll, a bucket's holder looks at
+// every topic with ready jobs, and gives such a job a signal once it has
+// waited a second: a consumer blocked in a started process, whose blocked
+// call's end looks for nothing, takes the job long before that end.
+func TestAHolderSignalsAPushedJobWhoseSignalAFrozenProcessTook(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		if be.mini != nil {
+			t.Skip("miniredis lists no blocked clients")
+		}
+		ctx := context.Background()
+		name := uniqueName(t)
+		holder := newQueue(t, be.client, WithName(name), WithSafetyPoll(100*time.Millisecond))
+		startQueue(t, holder)
+		const id = "pushed-ready"
+		b, err := bucketOfID(id, holder.opts.buckets)
+		require.NoError(t, err)
+		signals := holder.keys.bucket(b).signals("t")
+		node, _ := be.client.(*redis.Client)
+		if cc, ok := be.client.(*redis.ClusterClient); ok {
+			node, err = cc.MasterForKey(ctx, signals)
+			require.NoError(t, err)
+		}
+		frozen := redis.NewClient(&redis.Options{Addr: node.Options().Addr, ClientName: "frozen"})
+		t.Cleanup(func() { _ = frozen.Close() })
+		swallowed := make(chan error, 1)
+		go func() { swallowed <- frozen.BLMPop(ctx, 0, "left", 100, signals).Err() }()
+		require.Eventually(t, func() bool { return blockedOn(t, node, "frozen") == 1 }, 10*time.Second, time.Millisecond)
+		other := newQueue(t, be.client, WithName(name))
+		startQueue(t, other)
+		got := make(chan string, 1)
+		go func() {
+			job, err := other.Pop(ctx, "t", blockFor/2)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- job.ID
+		}()
+		require.Eventually(t, func() bool { return blockedFor(other, "t") && blockedOn(t, node, "") >= 2 }, 10*time.Second, time.Millisecond)
+		_, err = holder.Push(ctx, &Job{ID: id, Topic: "t"})
+		require.NoError(t, err)
+		require.NoError(t, <-swallowed, "the job's signal went to the frozen process")
 		assert.Equal(t, id, <-got, "the waiting consumer took the job all the same")
 	})
 }
@@ -1547,4 +1599,32 @@ func TestABlockedCallsEndLooksAgainAtItsOwnBuckets(t *testing.T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	assert.Equal(t, []int{0, 0, unknown, 0}, tw.avail)
+}
+
+// In a started process, the end of a blocked call's wait looks only where
+// a topic was paused, should its resume have been missed: the holders
+// look for lost signals at every topic (everyTopic), one look per bucket,
+// where each process's looks made one per process and bucket.
+func TestAStartedProcesssBlockedCallsEndLooksOnlyAtPausedTopics(t *testing.T) {
+	q := newQueue(t, miniredisClient(t), WithBuckets(2))
+	startQueue(t, q)
+	w, err := q.waiting()
+	require.NoError(t, err)
+	idle := &waiter{wake: make(chan wakeUp, 1), want: 1}
+	paused := &waiter{wake: make(chan wakeUp, 1), want: 1}
+	w.mu.Lock()
+	for topic, wt := range map[string]*waiter{"idle": idle, "paused": paused} {
+		tw := w.topicLocked(topic)
+		tw.avail[0], tw.avail[1] = 0, 0
+		tw.waiters = append(tw.waiters, wt)
+		tw.paused = topic == "paused"
+	}
+	w.mu.Unlock()
+	w.expired(&waitGroup{buckets: []int{0, 1}})
+	assert.Equal(t, wakeUp{b: noSignal}, <-paused.wake, "the paused topic is read again")
+	assert.Empty(t, idle.wake, "no look for a lost signal")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	assert.Equal(t, []int{0, 0}, w.topics["idle"].avail, "what the last reply said stands")
+	assert.False(t, w.topics["paused"].paused)
 }

@@ -13,7 +13,8 @@
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 to
 -- delete (up to 1,000) tombstones whose dedup window ended, and the counts
 -- that are 0, else 0  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
--- holder made ready over a second ago, to look for a lost signal (below)
+-- holder made ready over a second ago, to look for a lost signal (below);
+-- "" for every topic with ready jobs in the bucket
 -- returns {moved, next_due_in_us or -1, fresh, topic, count, topic, count,
 -- ...} with how many jobs became ready per topic, fresh being 1 when the
 -- call took a free lease or the bucket over (0 when it extended its own),
@@ -193,9 +194,15 @@ end
 -- ready for over a second while no signal is left, gets one, and the
 -- reply says so: the holder looks again a second later, should that
 -- signal be lost too. Its consumer's call signals the job behind it, if
--- that one waited too (reserve.lua).
-for i = 6, #ARGV do
-  local topic = ARGV[i]
+-- that one waited too (reserve.lua). Now and then ("" in ARGV[6..]) the
+-- holder looks so at every topic with ready jobs: a job pushed ready,
+-- which no holder made ready, may have lost its signal too.
+local looked = {}
+local function look_stranded(topic)
+  if looked[topic] then
+    return
+  end
+  looked[topic] = true
   local sig = sig_prefix .. topic
   if redis.call('LLEN', sig) == 0 then
     local head = gone(KEYS[8], topic)
@@ -205,6 +212,18 @@ for i = 6, #ARGV do
       out[#out + 1] = topic
       out[#out + 1] = 0
     end
+  end
+end
+for i = 6, #ARGV do
+  if ARGV[i] == '' then
+    local flat, prefix = redis.call('HGETALL', KEYS[8]), READY .. ':'
+    for j = 1, #flat, 2 do
+      if sub(flat[j], 1, #prefix) == prefix and tonumber(flat[j + 1]) > 0 then
+        look_stranded(sub(flat[j], #prefix + 1))
+      end
+    end
+  else
+    look_stranded(ARGV[i])
   end
 end
 return out
