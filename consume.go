@@ -145,6 +145,13 @@ type running struct {
 	lost    bool              // the reservation is gone; no more extensions
 }
 
+// fetchWait is how long one pop of a waiting Consume waits before it is
+// made again. Its waits end for a job, a resume, a limit's capacity, the
+// safety looks of its blocked calls (expired) and Close, not for its
+// timeout; each new pop reads which topics are limited, a command an idle
+// worker need not send every safety poll.
+const fetchWait = time.Minute
+
 // fetch pops jobs while handler slots are free, until ctx ends or the queue
 // closes. It reserves as many jobs as slots are free, in one script call per
 // bucket, so that a busy consumer does not pay a round trip per job.
@@ -179,7 +186,7 @@ func (c *consumer) fetch(ctx context.Context, topic string, concurrency int) err
 			free += c.gather(ctx, slots, concurrency-free)
 		}
 		sent := time.Now()
-		jobs, err := c.q.pop(ctx, topic, free, c.q.opts.poll)
+		jobs, err := c.q.pop(ctx, topic, free, fetchWait)
 		backlog = err == nil && len(jobs) == free && c.q.jobsWait(topic)
 		for range free - len(jobs) {
 			<-slots
