@@ -500,3 +500,17 @@ type replyError string
 
 func (e replyError) Error() string { return string(e) }
 func (replyError) RedisError()     {}
+
+// A job in its place keeps the grant recorded for its place, past a job
+// settled elsewhere before the call's second run (nil), whose grant went
+// with it.
+func TestPlacedJobsKeepTheGrantsOfTheirPlaces(t *testing.T) {
+	a, b := &Job{ID: "a"}, &Job{ID: "b"}
+	jobs := placed([]*Job{nil, a, nil, b}, []string{"c:1", "c:2", "c:3", "c:4"})
+	assert.Equal(t, []*Job{a, b}, jobs)
+	assert.Equal(t, "c:2", a.grant)
+	assert.Equal(t, "c:4", b.grant)
+	c := &Job{ID: "c"}
+	assert.Equal(t, []*Job{c}, placed([]*Job{c}, nil))
+	assert.Empty(t, c.grant, "no grant where the call recorded none")
+}

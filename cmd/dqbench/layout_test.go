@@ -110,6 +110,12 @@ func TestChooseScenarios(t *testing.T) {
 	assert.Equal(t, "s3", in[1].id)
 	assert.Empty(t, layouts)
 
+	in, layouts, err = chooseScenarios("iw,lim")
+	require.NoError(t, err)
+	require.Len(t, in, 2, "scenarios that run only when named")
+	assert.ElementsMatch(t, []string{"iw", "lim"}, []string{in[0].id, in[1].id})
+	assert.Empty(t, layouts)
+
 	_, _, err = chooseScenarios("l,x")
 	assert.ErrorContains(t, err, `"x"`)
 	_, err = listFlag("topology", "single,ring", "single", "split", "multi")

@@ -23,6 +23,11 @@
 //	go run ./cmd/dqbench -only n -runs 3                       # 3,000 jobs due over 50 s, a cut every second
 //	go run ./cmd/dqbench -only n -n-spread 20s -n-jobs 1200    # a shorter run
 //	go run ./cmd/dqbench -only n -n-cut 0 -n-stall 10s         # one silent stall, no cuts
+//
+// Scenario iw, named too, runs -consumers idle worker processes (started,
+// a Consume waiting, no job) and counts what each costs Redis:
+//
+//	go run ./cmd/dqbench -only iw -consumers 10 -runs 2 -cluster
 package main
 
 import (
@@ -129,7 +134,7 @@ func (b *bench) resetStats(ctx context.Context) error {
 func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
-	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, k, e and p run only when named)")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, k, e and p, and n, lim and iw, run only when named)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
