@@ -31,15 +31,16 @@ type bucketHandler struct {
 	buried    time.Time            // when expired tombstones were last deleted
 	listening bool                 // subscribed to the bucket's wake channel
 	readied   map[string]time.Time // topic -> when this holder last made jobs of it ready; not looked at since
-	lookedAll time.Time            // when this holder last looked at every topic's list for a lost signal
+	lookedAll time.Time            // when this handler, holder or standby, last looked at every topic's list for a lost signal
 }
 
 // everyTopic, among the topics a move looks at for a lost signal, stands
 // for every topic with ready jobs in the bucket (no topic is empty). The
-// holder looks so once per safety poll: a signal taken from a job pushed
-// ready (which no holder made ready, so none looks a second later) by a
-// process that died or froze before it reserved the job is lost too. The
-// consumers of started processes leave that look to the holders
+// holder and the standby look so once per safety poll: a signal taken
+// from a job pushed ready (which no holder made ready, so none looks a
+// second later) by a process that died or froze before it reserved the
+// job is lost too; and the standby looks should that process be the
+// holder. The consumers of started processes leave that look to them
 // (waits.expired).
 const everyTopic = ""
 
@@ -132,7 +133,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	trim := time.Since(h.buried) >= time.Second
 	now := time.Now()
 	stranded := h.stranded(now)
-	lookAll := h.lease.role == roleHolder && now.Sub(h.lookedAll) >= h.q.opts.poll
+	lookAll := h.lease.role != roleNone && now.Sub(h.lookedAll) >= h.q.opts.poll
 	if lookAll {
 		stranded = append(stranded, everyTopic)
 	}
@@ -166,6 +167,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		h.failures = 0
 	}
 	was := h.lease.role
+	if lookAll && res.role != roleNone {
+		h.lookedAll = now
+	}
 	if res.role != roleHolder {
 		h.mu.Lock()
 		h.tickAt = time.Time{}
@@ -194,9 +198,6 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	if trim {
 		h.buried = time.Now()
-	}
-	if lookAll {
-		h.lookedAll = now
 	}
 	if res.moved > 0 {
 		log.Debug("delayqueue: moved due jobs", attrBucket, h.b, "moved", res.moved)

@@ -104,7 +104,7 @@ func (q *DelayQueue) flushHandOns(ctx context.Context, reqs []*batch.Request[*ha
 		jobs, st, left, rerr := q.reserved(ctx, l.Key.b, l.Key.topic, ress[i])
 		if rerr == nil {
 			w.settle(l.Key.topic, l.Key.b, left, st, resumes[i])
-			q.observeReserved(ctx, jobs)
+			q.observeReserved(ctx, placed(jobs, nil))
 		}
 		for j, r := range l.Reqs {
 			c := r.In

@@ -454,6 +454,100 @@ func TestAReserveSentAgainBindsEachJobTheGrantRecordedForIt(t *testing.T) {
 	})
 }
 
+// The same after a hole: the next look of the pop reserves no more jobs
+// than grants are left, places counted, not jobs; with more, the job of a
+// place past the grants would run uncounted.
+func TestAPopAfterAReserveSentAgainReservesNoMoreThanItsGrants(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		a, b := newQueue(t, c, WithName(name), WithBuckets(2)), newQueue(t, c, WithName(name), WithBuckets(2))
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 3}))
+		var in [2][]string // three jobs in each bucket
+		for len(in[0]) < 3 || len(in[1]) < 3 {
+			id := pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+			in[bucketOf(id, 2)] = append(in[bucketOf(id, 2)], id)
+		}
+		fired, release := d.LoseNextReplyThenHold(loadedScript(t, a, scriptReserve))
+		popped := make(chan []*Job, 1)
+		go func() {
+			jobs, err := a.pop(ctx, "t", 3, 0) // looks at one bucket, then the other
+			assert.NoError(t, err)
+			popped <- jobs
+		}()
+		require.Eventually(t, fired, time.Minute, time.Millisecond, "the first look reserves three jobs of a bucket")
+		var first string
+		for _, ids := range in {
+			job, err := b.Get(ctx, ids[0])
+			require.NoError(t, err)
+			if job.State == StateReserved {
+				first = job.ID
+			}
+		}
+		require.NotEmpty(t, first)
+		require.NoError(t, b.Remove(ctx, first), "settled elsewhere before the call is sent again")
+		release()
+		jobs := <-popped
+		require.Len(t, jobs, 2, "no job for the place that went with the removed job")
+		u, err := b.limitUsage(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, u["t"].Running, "each job held counts")
+		_, err = b.Pop(ctx, "t", 0)
+		assert.NoError(t, err, "the third slot is free")
+		_, err = b.Pop(ctx, "t", 0)
+		assert.ErrorIs(t, err, ErrNoJob, "a limit of 3: no fourth job runs")
+	}, func(o *redis.Options) {
+		o.MaxRetries = -1
+		o.WriteTimeout = time.Minute
+	})
+}
+
+// A hand-on whose next job another process settled between the reserve
+// call's first run and its second gives the grant back, and reports the
+// reply's hole to the observers as no job.
+func TestAHandOnWhoseNextJobWasSettledElsewhereGivesItsGrantBack(t *testing.T) {
+	forEachFlakyBackend(t, func(t *testing.T, c *redis.Client, d *flakyconn.Dialer) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		var reserved atomic.Int32
+		a := newQueue(t, c, WithName(name), WithBuckets(1), WithObserver(ObserverFunc(func(_ context.Context, e Event) {
+			if e.Kind == EventReserved {
+				reserved.Add(1)
+			}
+		})))
+		b := newQueue(t, c, WithName(name), WithBuckets(1))
+		require.NoError(t, a.SetLimits(ctx, "t", Limits{Concurrency: 1}))
+		pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+		second := pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
+		jobs, err := a.pop(ctx, "t", 1, 0)
+		require.NoError(t, err)
+		require.Len(t, jobs, 1)
+		fired, release := d.LoseNextReplyThenHold(loadedScript(t, a, scriptReserve))
+		type handedOn struct {
+			next *Job
+			err  error
+		}
+		done := make(chan handedOn, 1)
+		go func() {
+			next, err := a.finishHandOn(ctx, jobs[0])
+			done <- handedOn{next, err}
+		}()
+		require.Eventually(t, fired, time.Minute, time.Millisecond, "the first run finishes the job and reserves the next")
+		require.NoError(t, b.Remove(ctx, second), "settled elsewhere before the call is sent again")
+		release()
+		h := <-done
+		require.NoError(t, h.err, "the finish took effect")
+		assert.Nil(t, h.next, "no next job: it is gone")
+		assert.EqualValues(t, 1, reserved.Load(), "the first pop's job alone was reported reserved")
+		u, err := b.limitUsage(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, u["t"].Running, "the slot is free")
+	}, func(o *redis.Options) {
+		o.MaxRetries = -1
+		o.WriteTimeout = time.Minute
+	})
+}
+
 // Touch extends what a job's grant is recorded for with its reservation.
 func TestTouchKeepsAJobsGrantRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {

@@ -25,6 +25,26 @@ func TestWaitingConsumersWarnWhenNoProcessStartedTheQueue(t *testing.T) {
 	})
 }
 
+// A Consume that waits long (its pops wait a minute) warns as soon: a
+// waiting pop looks each safety poll.
+func TestALongWaitWarnsAfterASafetyPollOrTwo(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		logs := &capture{}
+		q := newQueue(t, be.client, WithSafetyPoll(20*time.Millisecond), WithLogger(logs.logger()))
+		done := make(chan error, 1)
+		go func() {
+			done <- q.Consume(ctx, "t", func(context.Context, *Job) error { return nil }, ConsumeOptions{})
+		}()
+		require.Eventually(t, func() bool {
+			return strings.Contains(logs.String(), "no process has started this queue")
+		}, 30*time.Second, time.Millisecond, "well before the pop's minute")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
 func TestWaitingConsumersStayQuietWhileAnotherProcessHasStarted(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()

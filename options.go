@@ -95,10 +95,14 @@ func WithLease(d time.Duration) Option { return optionFunc(func(o *options) { o.
 // which keeps each call under about 4 ms with a million jobs waiting.
 func WithBatchSize(n int) Option { return optionFunc(func(o *options) { o.batch = n }) }
 
-// WithSafetyPoll sets how often an idle bucket handler and a waiting Pop look at
-// Redis without being woken, to cover a lost wake-up. Wake-ups are lost only
-// when the pub/sub connection drops, and a reconnect triggers a fresh look too,
-// so this can be long. Default: 10s.
+// WithSafetyPoll sets how often an idle bucket handler looks at Redis without
+// being woken, to cover a lost wake-up, and how often its pub/sub connections
+// are pinged when silent. A pub/sub wake-up is lost only when the connection
+// drops, and a reconnect triggers a fresh look too. The poll also bounds how
+// long a ready job whose signal was lost with a process that took it (one
+// that died, or froze) waits when no other call of its topic comes: the
+// bucket's holder and standby look for such jobs once per poll
+// (docs/guarantees.md). Default: 10s.
 func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options) { o.poll = d }) }
 
 // WithBackoff sets how long a failed job waits before its next delivery:

@@ -418,7 +418,11 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		used := 0 // g's grants recorded by the calls: one per place
 		again := false
 		for i, l := range looks {
-			n := min(want-len(got), maxReserve)
+			taken := len(got)
+			if g != nil {
+				taken = used // a grant per place: a job settled elsewhere took its own
+			}
+			n := min(want-taken, maxReserve)
 			if l.held > n {
 				// More signals than jobs still wanted (fewer granted, or
 				// an earlier look claimed jobs): the rest go to another
@@ -492,21 +496,32 @@ func (q *DelayQueue) pop(ctx context.Context, topic string, want int, timeout ti
 		}
 		wt.want = want // no more signals than jobs granted
 		w.enlist(topic, wt)
+		// The wait ends for a signal, or at the deadline; each safety
+		// poll on the way, the pop looks whether any process started.
+		next := min(remaining, q.opts.poll)
 		if timer == nil {
-			timer = time.NewTimer(remaining)
+			timer = time.NewTimer(next)
 			defer timer.Stop()
 		} else {
-			timer.Reset(remaining)
+			timer.Reset(next)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-q.done:
-			return nil, ErrClosed
-		case signal = <-wt.wake:
-		case <-timer.C:
-			q.checkStarted(ctx)
-			return nil, ErrNoJob
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-q.done:
+				return nil, ErrClosed
+			case signal = <-wt.wake:
+				break wait
+			case <-timer.C:
+				q.checkStarted(ctx)
+				remaining := time.Until(deadline)
+				if remaining <= 0 {
+					return nil, ErrNoJob
+				}
+				timer.Reset(min(remaining, q.opts.poll))
+			}
 		}
 	}
 }

@@ -1546,6 +1546,59 @@ func TestAHolderSignalsAPushedJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 	})
 }
 
+// A job behind more traces than the holder's look reads, whose signal was
+// lost, gets one all the same, for the counts say the list holds ready
+// jobs: the consumer it wakes drops the traces. Here a consumer of a
+// started process waits, its last look having found the list dry, while
+// the signals of ten jobs pushed go with a process that dies, and eight
+// of the jobs are removed.
+func TestAJobBehindManyTracesWhoseSignalWasLostIsSignalled(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		name := uniqueName(t)
+		q := newQueue(t, be.client, WithName(name), WithBuckets(1), WithSafetyPoll(100*time.Millisecond))
+		startQueue(t, q)
+		p := newQueue(t, be.client, WithName(name), WithBuckets(1))
+		_, err := q.Pop(ctx, "t", 0)
+		require.ErrorIs(t, err, ErrNoJob, "the list is dry, as q knows")
+		var ids []string
+		for range 10 {
+			ids = append(ids, pushed(t, p, &Job{Topic: "t"}))
+		}
+		require.NoError(t, be.client.Del(ctx, q.keys.bucket(0).signals("t")).Err()) // lost
+		for _, id := range ids[:8] {
+			require.NoError(t, p.Remove(ctx, id))
+		}
+		job, err := q.Pop(ctx, "t", blockFor/2)
+		require.NoError(t, err, "the job behind the traces is taken before the blocked call's wait ends")
+		assert.Contains(t, ids[8:], job.ID)
+	})
+}
+
+// The standby looks for lost signals at every topic too: the process that
+// took a signal and froze may be the holder, whose looks stop with it.
+func TestTheStandbyLooksForLostSignals(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		_, err := q.moveDue(ctx, 0, "holder", false)
+		require.NoError(t, err)
+		pushed(t, q, &Job{Topic: "t"})
+		signals := q.keys.bucket(0).signals("t")
+		require.NoError(t, be.client.Del(ctx, signals).Err()) // lost
+		require.Eventually(t, func() bool {
+			res, err := q.moveDue(ctx, 0, "standby", false, everyTopic)
+			require.NoError(t, err)
+			require.Equal(t, roleStandby, res.role)
+			return be.client.LLen(ctx, signals).Val() == 1
+		}, 10*time.Second, 10*time.Millisecond, "once the job has waited a second")
+		res, err := q.moveDue(ctx, 0, "standby", false, everyTopic)
+		require.NoError(t, err)
+		assert.Equal(t, roleStandby, res.role)
+		assert.EqualValues(t, 1, be.client.LLen(ctx, signals).Val(), "one signal, not one per look")
+	})
+}
+
 // TestAHolderLooksPastTracesForAJobWhoseSignalWasLost: the holder's look
 // for a lost signal finds the first ready job of the list past the traces
 // of jobs that left it, gives it a signal once it has waited a second with

@@ -19,9 +19,10 @@
 -- ...} with how many jobs became ready per topic, fresh being 1 when the
 -- call took a free lease or the bucket over (0 when it extended its own),
 -- and count 0 for a topic of ARGV[6..] whose waiting job got a signal;
--- {-2, takeover_in_us or -1, lease ttl ms} when the caller is the standby,
--- takeover_in_us being how long until the bucket's next job is overdue by
--- the grace and the holder silent as long (-1: no job);
+-- {-2, takeover_in_us or -1, lease ttl ms, topic, 0, ...} when the caller
+-- is the standby, takeover_in_us being how long until the bucket's next
+-- job is overdue by the grace and the holder silent as long (-1: no job),
+-- with the topics of its look (below) whose waiting job got a signal;
 -- {-1, standby ttl ms} when other tokens hold both leases.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
@@ -65,6 +66,63 @@ local function until_due()
   return math.max(0, next_due * 1000 - now)
 end
 
+-- A signal handed to a process that no longer reads its replies (frozen,
+-- or cut off without its connection closing) is lost with it, and the
+-- consumers that wait elsewhere do not wake for its job. So, a second
+-- after it made jobs of a topic ready, the holder looks at the topic's
+-- list: the first job in it (past up to 7 traces of jobs that left it),
+-- ready for over a second while no signal is left, gets one, and the
+-- reply says so: the holder looks again a second later, should that
+-- signal be lost too. Its consumer's call signals the job behind it, if
+-- that one waited too (reserve.lua). A list whose first 8 entries are
+-- traces while the counts say it holds ready jobs gets a signal all the
+-- same: the call it wakes drops the traces. Once per safety poll ("" in
+-- ARGV[6..]) the holder and the standby look so at every topic with
+-- ready jobs in the bucket: a job pushed ready, which no holder made
+-- ready, may have lost its signal too, maybe to the holder itself.
+local looked = {}
+local function look_stranded(out, topic, ready_n)
+  if looked[topic] then
+    return
+  end
+  looked[topic] = true
+  local sig = sig_prefix .. topic
+  if redis.call('LLEN', sig) > 0 then
+    return
+  end
+  local head = gone(KEYS[8], topic)
+  local before, v, more = first_ready(ready_prefix .. topic, pool, topic, head, 7)
+  local stuck
+  if v then
+    stuck = stranded_at(v, topic, head + before, now_ms)
+  else
+    stuck = more and (ready_n or tonumber(redis.call('HGET', KEYS[8], READY .. ':' .. topic) or '0')) > 0
+  end
+  if stuck then
+    signal_list(sig, 1)
+    out[#out + 1] = topic
+    out[#out + 1] = 0
+  end
+end
+
+-- look_asked looks at the topics of ARGV[6..] ("": every topic with
+-- ready jobs), adding a topic and 0 to out for each signal it gave.
+local function look_asked(out)
+  for i = 6, #ARGV do
+    if ARGV[i] == '' then
+      local flat, prefix = redis.call('HGETALL', KEYS[8]), READY .. ':'
+      for j = 1, #flat, 2 do
+        local n = tonumber(flat[j + 1])
+        if sub(flat[j], 1, #prefix) == prefix and n > 0 then
+          look_stranded(out, sub(flat[j], #prefix + 1), n)
+        end
+      end
+    else
+      look_stranded(out, ARGV[i])
+    end
+  end
+end
+
 -- Every caller, whatever its lease role, vouches that a started process
 -- watches the bucket until twice its lease from now: it looks again before
 -- then. A look after the latest vouched time starts a new watch (schedule_tick.go:
@@ -102,10 +160,14 @@ else
   local first = earliest(bucket)
   local silent = tonumber(string.match(holder, '%d+$') or lease) - ttl
   if first == nil then
-    return {MOVE_STANDBY, -1, ttl}
+    local out = {MOVE_STANDBY, -1, ttl}
+    look_asked(out)
+    return out
   elseif first > now_ms - grace or silent < grace then
     local wait_ms = math.max(first + grace - now_ms, grace - silent, 0)
-    return {MOVE_STANDBY, wait_ms * 1000, ttl}
+    local out = {MOVE_STANDBY, wait_ms * 1000, ttl}
+    look_asked(out)
+    return out
   end
   -- Overdue, and nothing moved: take the bucket over.
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
@@ -186,44 +248,5 @@ for _, topic in ipairs(topics) do
   out[#out + 1] = #lists[topic]
 end
 
--- A signal handed to a process that no longer reads its replies (frozen,
--- or cut off without its connection closing) is lost with it, and the
--- consumers that wait elsewhere do not wake for its job. So, a second
--- after it made jobs of a topic ready, the holder looks at the topic's
--- list: the first job in it (past up to 7 traces of jobs that left it),
--- ready for over a second while no signal is left, gets one, and the
--- reply says so: the holder looks again a second later, should that
--- signal be lost too. Its consumer's call signals the job behind it, if
--- that one waited too (reserve.lua). Now and then ("" in ARGV[6..]) the
--- holder looks so at every topic with ready jobs: a job pushed ready,
--- which no holder made ready, may have lost its signal too.
-local looked = {}
-local function look_stranded(topic)
-  if looked[topic] then
-    return
-  end
-  looked[topic] = true
-  local sig = sig_prefix .. topic
-  if redis.call('LLEN', sig) == 0 then
-    local head = gone(KEYS[8], topic)
-    local before, v = first_ready(ready_prefix .. topic, pool, topic, head, 7)
-    if stranded_at(v, topic, head + before, now_ms) then
-      signal_list(sig, 1)
-      out[#out + 1] = topic
-      out[#out + 1] = 0
-    end
-  end
-end
-for i = 6, #ARGV do
-  if ARGV[i] == '' then
-    local flat, prefix = redis.call('HGETALL', KEYS[8]), READY .. ':'
-    for j = 1, #flat, 2 do
-      if sub(flat[j], 1, #prefix) == prefix and tonumber(flat[j + 1]) > 0 then
-        look_stranded(sub(flat[j], #prefix + 1))
-      end
-    end
-  else
-    look_stranded(ARGV[i])
-  end
-end
+look_asked(out)
 return out

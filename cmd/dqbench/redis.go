@@ -18,8 +18,9 @@ var controlCommands = map[string]bool{"info": true, "config|resetstat": true, "f
 // scriptCommands are the commands the queue's scripts call. INFO
 // commandstats counts a command run inside a script like one sent by a
 // client; the queue itself sends none of these (but HGET for Get and
-// HGETALL for Overview and Schedules, which the benchmark does not call,
-// and HINCRBY when a generated ID was taken).
+// HGETALL for Overview and Schedules, which the benchmark does not call
+// but for -observe prom's scrape of Overview, one HGETALL a second per
+// process, and HINCRBY when a generated ID was taken).
 var scriptCommands = map[string]bool{
 	"time": true, "get": true, "set": true, "del": true, "pexpire": true, "pttl": true, "exists": true,
 	"hget": true, "hgetall": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
