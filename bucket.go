@@ -42,9 +42,11 @@ type topicCount struct {
 // moveDue moves up to a batch of due jobs of bucket b to their ready lists
 // (or dead letters), holding or taking the bucket's lease with token, or
 // standing by (lock.go); with trim, it also deletes the tombstones whose
-// dedup window ended. A holder also gives a signal to the job that heads
-// the ready list of each topic of stranded (everyTopic: of each with ready
-// jobs), when it has waited over a second with none left (move.lua).
+// dedup window ended. A holder, and a standby, also give a signal to the
+// job that heads the ready list of each topic of stranded (everyTopic: of
+// each with ready jobs), when it has waited over a second with none left,
+// or to a list whose first 8 entries are traces while the counts say it
+// holds ready jobs (move.lua).
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool, stranded ...string) (moveResult, error) {
 	bk := q.keys.bucket(b)
 	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby, bk.watched}

@@ -101,7 +101,8 @@ func WithBatchSize(n int) Option { return optionFunc(func(o *options) { o.batch 
 // drops, and a reconnect triggers a fresh look too. The poll also bounds how
 // long a ready job whose signal was lost with a process that took it (one
 // that died, or froze) waits when no other call of its topic comes: the
-// bucket's holder and standby look for such jobs once per poll
+// bucket's holder looks for such jobs once per poll, and its standby at
+// its renewals past a poll (every third of the lease, WithLease)
 // (docs/guarantees.md). Default: 10s.
 func WithSafetyPoll(d time.Duration) Option { return optionFunc(func(o *options) { o.poll = d }) }
 

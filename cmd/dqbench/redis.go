@@ -19,8 +19,9 @@ var controlCommands = map[string]bool{"info": true, "config|resetstat": true, "f
 // commandstats counts a command run inside a script like one sent by a
 // client; the queue itself sends none of these (but HGET for Get and
 // HGETALL for Overview and Schedules, which the benchmark does not call
-// but for -observe prom's scrape of Overview, one HGETALL a second per
-// process, and HINCRBY when a generated ID was taken).
+// but for -observe prom's scrape of Overview, one HGETALL and an SMEMBERS
+// per bucket a second per process; SMEMBERS when dead letters are trimmed;
+// and HINCRBY when a generated ID was taken).
 var scriptCommands = map[string]bool{
 	"time": true, "get": true, "set": true, "del": true, "pexpire": true, "pttl": true, "exists": true,
 	"hget": true, "hgetall": true, "hset": true, "hdel": true, "hexists": true, "hsetnx": true, "hincrby": true,
