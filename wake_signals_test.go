@@ -938,8 +938,10 @@ func TestAReserveCallSaysWhetherJobsAreLeftWithoutASignal(t *testing.T) {
 
 // A reserve call that takes a job whose signal was lost (it waited over a
 // second with none left) adds a signal for the job behind it, when that
-// one waited as long too, so that a waiting consumer comes for it; it adds
-// none for a job behind that is fresh, whose signal is on its way.
+// one waited as long too, so that a waiting consumer comes for it. So does
+// one that takes a job long after it was ready, whatever the job behind:
+// the job taken was taken on that one's signal. It adds none when it took
+// a fresh job, and a fresh job is behind, whose signal is on its way.
 func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
@@ -947,9 +949,9 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 		bk := q.keys.bucket(0)
 		// Every signal was lost with a process that died, and the first two
 		// jobs have waited for a minute since.
-		ids := jobsWithoutSignals(t, be, q, 3)
+		ids := jobsWithoutSignals(t, be, q, 4)
 		readySince(t, be, q, time.Now().Add(-time.Minute), ids[:2]...)
-		readySince(t, be, q, time.Now().Add(time.Minute), ids[2]) // fresh, however slow the machine
+		readySince(t, be, q, time.Now().Add(time.Minute), ids[2:]...) // fresh, however slow the machine
 
 		c, err := q.reserve(ctx, 0, "t", 1, 0, reserveSignalled)
 		require.NoError(t, err)
@@ -961,12 +963,19 @@ func TestAReserveCallSignalsAStrandedJobBehindTheOnesItTook(t *testing.T) {
 		assert.EqualValues(t, 1, n)
 
 		// A consumer takes that signal, as a blocked call does, and comes.
-		require.NoError(t, be.client.LPop(ctx, bk.signals("t")).Err())
-		c, err = q.reserve(ctx, 0, "t", 1, 1, reserveSignalled)
-		require.NoError(t, err)
-		require.Len(t, c.jobs, 1)
-		assert.Equal(t, ids[1], c.jobs[0].ID)
-		assert.Equal(t, reserveNoSignal, c.left, "the job behind is fresh: no signal for it")
+		take := func(want string) *reserveCall {
+			t.Helper()
+			require.NoError(t, be.client.LPop(ctx, bk.signals("t")).Err())
+			c, err := q.reserve(ctx, 0, "t", 1, 1, reserveSignalled)
+			require.NoError(t, err)
+			require.Len(t, c.jobs, 1)
+			assert.Equal(t, want, c.jobs[0].ID)
+			return c
+		}
+		c = take(ids[1])
+		assert.Equal(t, 1, c.left, "the job taken had waited: the fresh job behind is owed a signal")
+		c = take(ids[2])
+		assert.Equal(t, reserveNoSignal, c.left, "a fresh job taken, a fresh job behind: its signal is on its way")
 	})
 }
 
@@ -1680,4 +1689,30 @@ func TestAStartedProcesssBlockedCallsEndLooksOnlyAtPausedTopics(t *testing.T) {
 	defer w.mu.Unlock()
 	assert.Equal(t, []int{0, 0}, w.topics["idle"].avail, "what the last reply said stands")
 	assert.False(t, w.topics["paused"].paused)
+}
+
+// A call that takes a job long after it was ready, and leaves no signal
+// for the job behind it, gives that job one: the job taken was taken on
+// the job behind's signal, its own having gone with a process that froze
+// or died as it took it. Under a steady flow no job waits the second
+// after which a job gets a signal anyway, and every later job would be
+// taken on the signal of the one after it, late by an arrival.
+func TestAJobTakenLateLeavesASignalForTheJobBehind(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		ctx := context.Background()
+		q := newQueue(t, be.client, WithBuckets(1))
+		pushedAt := time.Now()
+		late := pushed(t, q, &Job{Topic: "t"})
+		pushed(t, q, &Job{Topic: "t"})
+		signals := q.keys.bucket(0).signals("t")
+		require.NoError(t, be.client.Del(ctx, signals).Err()) // one lost, one taken by the caller below
+		require.Eventually(t, func() bool { return time.Since(pushedAt) > 100*time.Millisecond }, time.Minute, time.Millisecond,
+			"the jobs have been ready a while, not yet a second")
+		c, err := q.reserve(ctx, 0, "t", 1, 1, reserveSignalled)
+		require.NoError(t, err)
+		require.Len(t, c.jobs, 1)
+		assert.Equal(t, late, c.jobs[0].ID, "oldest first")
+		assert.EqualValues(t, 1, be.client.LLen(ctx, signals).Val(), "a signal for the job behind")
+		assert.Equal(t, 1, c.left)
+	})
 }

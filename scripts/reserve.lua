@@ -268,6 +268,11 @@ local function trimmed(n, more, n_ready)
   end
 end
 
+-- OWED_MS is how long past its ready time a job may be taken before the
+-- call deems that a signal was lost for it (below): far longer than a
+-- signal takes from a blocked pop to its reserve call.
+local OWED_MS = 20
+
 -- waited_at reports whether v, the job of the list's entry at place at,
 -- is ready there and has been for over a second (lib/entries.lua).
 local function waited_at(v, at)
@@ -394,9 +399,15 @@ end
 redis.call('LTRIM', ready, taken, -1)
 trimmed(taken, beyond, #found)
 -- The signals given are the caller's: the jobs behind them have theirs.
-if left + given == 0 and beyond and waited_at(behind, head + taken) then
-  -- A job left behind without a signal: one for it, so that a waiting
-  -- consumer comes for it.
+-- A job left behind without a signal gets one, so that a waiting consumer
+-- comes for it: when it has waited a second, or when the first job the
+-- call took had waited over OWED_MS. That job was taken, oldest first, on
+-- the signal of a later one, for its own went with a process that froze
+-- or died as it took it; so the job behind is owed one too. Under a steady
+-- flow of jobs none waits a second, and without this every later job of
+-- the list would be taken on the signal of the job after it: late by as
+-- many arrivals as signals were lost, until the flow paused.
+if left + given == 0 and beyond and (waited_at(behind, head + taken) or now_ms - read48(jobs[1], AT) > OWED_MS) then
   signal_list(signals, 1)
   left = 1
 end
