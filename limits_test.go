@@ -448,10 +448,7 @@ func TestAReserveSentAgainBindsEachJobTheGrantRecordedForIt(t *testing.T) {
 		assert.Equal(t, 1, running(), "the job left holds a slot")
 		require.NoError(t, a.Finish(ctx, jobs[0].ID))
 		assert.Equal(t, 0, running(), "its finish frees the slot it held")
-	}, func(o *redis.Options) {
-		o.MaxRetries = -1            // the queue sends the call again, not go-redis
-		o.WriteTimeout = time.Minute // the call sent again waits for the release
-	})
+	}, resentByTheQueue)
 }
 
 // The same after a hole: the next look of the pop reserves no more jobs
@@ -496,10 +493,7 @@ func TestAPopAfterAReserveSentAgainReservesNoMoreThanItsGrants(t *testing.T) {
 		assert.NoError(t, err, "the third slot is free")
 		_, err = b.Pop(ctx, "t", 0)
 		assert.ErrorIs(t, err, ErrNoJob, "a limit of 3: no fourth job runs")
-	}, func(o *redis.Options) {
-		o.MaxRetries = -1
-		o.WriteTimeout = time.Minute
-	})
+	}, resentByTheQueue)
 }
 
 // A hand-on whose next job another process settled between the reserve
@@ -542,10 +536,15 @@ func TestAHandOnWhoseNextJobWasSettledElsewhereGivesItsGrantBack(t *testing.T) {
 		u, err := b.limitUsage(ctx)
 		require.NoError(t, err)
 		assert.Zero(t, u["t"].Running, "the slot is free")
-	}, func(o *redis.Options) {
-		o.MaxRetries = -1
-		o.WriteTimeout = time.Minute
-	})
+	}, resentByTheQueue)
+}
+
+// resentByTheQueue sets a client up for LoseNextReplyThenHold: the queue,
+// not go-redis, sends a call again whose reply was lost, and the call sent
+// again waits for the release.
+func resentByTheQueue(o *redis.Options) {
+	o.MaxRetries = -1
+	o.WriteTimeout = time.Minute
 }
 
 // Touch extends what a job's grant is recorded for with its reservation.

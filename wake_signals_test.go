@@ -1456,20 +1456,9 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 		require.Equal(t, id, job.ID) // never finished: back at its TTR
 		b, err := bucketOfID(id, holder.opts.buckets)
 		require.NoError(t, err)
-		signals := holder.keys.bucket(b).signals("t")
-		node, _ := be.client.(*redis.Client)
-		if cc, ok := be.client.(*redis.ClusterClient); ok {
-			node, err = cc.MasterForKey(ctx, signals)
-			require.NoError(t, err)
-		}
-
 		// The frozen process: blocked first, it is handed the signal and
 		// never reserves the job.
-		frozen := redis.NewClient(&redis.Options{Addr: node.Options().Addr, ClientName: "frozen"})
-		t.Cleanup(func() { _ = frozen.Close() })
-		swallowed := make(chan error, 1)
-		go func() { swallowed <- frozen.BLMPop(ctx, 0, "left", 100, signals).Err() }()
-		require.Eventually(t, func() bool { return blockedOn(t, node, "frozen") == 1 }, 10*time.Second, time.Millisecond)
+		node, swallowed := frozenOn(t, be, holder.keys.bucket(b).signals("t"))
 		// A consumer of another process, blocked after it, before the job
 		// comes back.
 		other := newQueue(t, be.client, WithName(name))
@@ -1490,6 +1479,26 @@ func TestAHolderSignalsAJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 		require.NoError(t, <-swallowed, "the job came back, and its signal went to the frozen process")
 		assert.Equal(t, id, <-got, "the waiting consumer took the job all the same")
 	})
+}
+
+// frozenOn blocks a client of its own on the signal list signals, as a
+// process that then froze: Redis hands it the next signals, which nobody
+// uses. It returns the list's node and the blocked call's end.
+func frozenOn(t *testing.T, be backend, signals string) (*redis.Client, <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	node, _ := be.client.(*redis.Client)
+	if cc, ok := be.client.(*redis.ClusterClient); ok {
+		var err error
+		node, err = cc.MasterForKey(ctx, signals)
+		require.NoError(t, err)
+	}
+	frozen := redis.NewClient(&redis.Options{Addr: node.Options().Addr, ClientName: "frozen"})
+	t.Cleanup(func() { _ = frozen.Close() })
+	swallowed := make(chan error, 1)
+	go func() { swallowed <- frozen.BLMPop(ctx, 0, "left", 100, signals).Err() }()
+	require.Eventually(t, func() bool { return blockedOn(t, node, "frozen") == 1 }, 10*time.Second, time.Millisecond)
+	return node, swallowed
 }
 
 // blockedOn counts the clients of node blocked in a call, of those named
@@ -1525,17 +1534,7 @@ func TestAHolderSignalsAPushedJobWhoseSignalAFrozenProcessTook(t *testing.T) {
 		const id = "pushed-ready"
 		b, err := bucketOfID(id, holder.opts.buckets)
 		require.NoError(t, err)
-		signals := holder.keys.bucket(b).signals("t")
-		node, _ := be.client.(*redis.Client)
-		if cc, ok := be.client.(*redis.ClusterClient); ok {
-			node, err = cc.MasterForKey(ctx, signals)
-			require.NoError(t, err)
-		}
-		frozen := redis.NewClient(&redis.Options{Addr: node.Options().Addr, ClientName: "frozen"})
-		t.Cleanup(func() { _ = frozen.Close() })
-		swallowed := make(chan error, 1)
-		go func() { swallowed <- frozen.BLMPop(ctx, 0, "left", 100, signals).Err() }()
-		require.Eventually(t, func() bool { return blockedOn(t, node, "frozen") == 1 }, 10*time.Second, time.Millisecond)
+		node, swallowed := frozenOn(t, be, holder.keys.bucket(b).signals("t"))
 		other := newQueue(t, be.client, WithName(name))
 		startQueue(t, other)
 		got := make(chan string, 1)
