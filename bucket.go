@@ -27,6 +27,10 @@ type moveResult struct {
 	// fresh is set when the call took a free lease or the bucket over,
 	// rather than extending its own.
 	fresh bool
+	// vacated is set when the call freed the standby lease: the standby
+	// took the bucket over, or the holder found it silent (move.lua). The
+	// others hear of it from the caller.
+	vacated bool
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
 	// signaled are the topics looked at for a lost signal (moveDue's
@@ -89,7 +93,7 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool
 	if head[0] < 0 || len(reply)%2 == 0 {
 		return bad()
 	}
-	r := moveResult{role: roleHolder, moved: int(head[0]), next: until(head[1]), fresh: head[2] == 1}
+	r := moveResult{role: roleHolder, moved: int(head[0]), next: until(head[1]), fresh: head[2]&moveFresh != 0, vacated: head[2]&moveVacated != 0}
 	for i := 3; i+1 < len(reply); i += 2 {
 		topic, _ := reply[i].(string)
 		count, _ := reply[i+1].(int64)

@@ -39,6 +39,9 @@ func runHelper(mode string) int {
 		lease = 30 * time.Second
 	}
 	opts := []Option{WithName(os.Getenv("DQ_NAME")), WithLease(lease), WithLogger(discard)}
+	if poll, _ := time.ParseDuration(os.Getenv("DQ_POLL")); poll > 0 {
+		opts = append(opts, WithSafetyPoll(poll))
+	}
 	ctx := context.Background()
 	switch mode {
 	case "push":
@@ -125,6 +128,28 @@ func startedQueue(t *testing.T) (s *redistest.Server, name string, q *DelayQueue
 	q = newQueue(t, s.Client(t), WithName(name))
 	startQueue(t, q)
 	return s, name, q
+}
+
+// leaseOwners returns the token that holds key (the lease, or the standby
+// lease) of each of q's buckets; "" for a key not held.
+func leaseOwners(c redis.Cmdable, q *DelayQueue, key func(bucketKeys) string) []string {
+	var owners []string
+	for b := range q.opts.buckets {
+		v, _ := c.Get(context.Background(), key(q.keys.bucket(b))).Result()
+		owner, _, _ := strings.Cut(v, " ") // "<token> <lease ms>"
+		owners = append(owners, owner)
+	}
+	return owners
+}
+
+// ownsAll reports whether q's bucket handlers own every key of owners.
+func ownsAll(q *DelayQueue, owners []string) bool {
+	for b, owner := range owners {
+		if owner != q.handlers[b].lease.token {
+			return false
+		}
+	}
+	return true
 }
 
 // child is a helper process.

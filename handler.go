@@ -191,9 +191,12 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	h.lease.role = roleHolder
 	h.listen()
 	if was == roleStandby && res.fresh {
-		// The holder stopped moving, or let go: this handler took the
-		// bucket over, and the standby lease is free for another.
+		// The holder stopped moving, or let go.
 		log.Info("delayqueue: bucket handler took the bucket over", attrBucket, h.b)
+	}
+	if res.vacated {
+		// The standby took the bucket over, or stopped renewing its
+		// lease: another may stand by.
 		h.q.announce(ctx, controlStandby+strconv.Itoa(h.b))
 	}
 	if trim {

@@ -11,9 +11,10 @@ import (
 )
 
 // Each bucket has a lease: a string key (dq:{name:b}:lock) holding the
-// token of the bucket handler that moves its jobs, with an expiry
-// (WithLease), and a standby lease (dq:{name:b}:standby) held by one other
-// bucket handler, ready to take the bucket over. The whole of it:
+// token of the bucket handler that moves its jobs, and its lease
+// (WithLease) as the key's expiry, and a standby lease (dq:{name:b}:standby)
+// held so by one other bucket handler, ready to take the bucket over. The
+// whole of it:
 //   - move.lua takes a free lease or extends the caller's own as part of
 //     every move (moveDue, in bucket.go), so a holder renews its lease
 //     simply by working, and by looking at its bucket at least every
@@ -24,10 +25,15 @@ import (
 //     is overdue by that much and the holder has moved nothing for as long
 //     (it died, or froze), the standby takes the bucket over: a crash costs
 //     the due jobs about takeoverGrace, not the rest of the lease. While
-//     all are healthy, the standby only looks, a read, when jobs fall due;
+//     all are healthy, the standby only looks, a read, when jobs fall due.
+//     It renews the standby lease at least every renewWithin;
+//   - the holder, at its chores (about once a second), frees the standby
+//     lease of a standby silent for over half its lease: it died or froze,
+//     and should the holder die next, the bucket would wait for the dead
+//     standby's lease to run out;
 //   - the others try again when the standby lease would run out, or when
 //     told that it is free (contended, and "standby:<b>" on the control
-//     channel);
+//     channel, from the process that freed it);
 //   - unlock.lua gives both up at Close, and publishes "free" on the
 //     bucket's wake channel, which wakes the standby: it takes the bucket
 //     over at once.

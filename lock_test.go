@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +30,7 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	assert.Equal(t, StateDelayed, job.State, "a handler without the lease moves nothing")
 	standby, err := c.Get(ctx, bk.standby).Result()
 	require.NoError(t, err)
-	assert.Equal(t, "mine", standby)
+	assert.Equal(t, "mine "+strconv.FormatInt(q.opts.lease.Milliseconds(), 10), standby, "the token and its lease")
 
 	res, err = q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
@@ -75,6 +76,7 @@ func TestTheStandbyTakesOverFromASilentHolder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, roleHolder, res.role, "taken over")
 	assert.True(t, res.fresh)
+	assert.True(t, res.vacated, "the others are told")
 	assert.Equal(t, 1, res.moved)
 	assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "the standby lease is free for another")
 	job, err := q.Get(ctx, id)
@@ -119,11 +121,62 @@ func TestAStandbyThatTakesALeaseLetGoFreesTheStandbyLease(t *testing.T) {
 	require.NoError(t, c.Del(ctx, bk.lock).Err()) // the holder let go
 	res, err = q.moveDue(ctx, 0, "mine", false)
 	require.NoError(t, err)
-	require.Equal(t, roleHolder, res.role)
-	assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "the standby lease is free for another")
-	res, err = q.moveDue(ctx, 0, "third", false)
+	assertStandbyFreed(t, q, c, res)
+}
+
+// assertStandbyFreed checks that the holder's move that gave res freed
+// the standby lease of bucket 0 and said so, and that another process then
+// stands by.
+func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveResult) {
+	t.Helper()
+	ctx := context.Background()
+	assert.Equal(t, roleHolder, res.role)
+	assert.True(t, res.vacated, "the others are told")
+	assert.Zero(t, c.Exists(ctx, q.keys.bucket(0).standby).Val(), "the standby lease is free for another")
+	res, err := q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
-	assert.Equal(t, roleStandby, res.role)
+	assert.Equal(t, roleStandby, res.role, "another stands by")
+}
+
+// A standby renews its lease at least every third of it. The holder, at
+// its chores, frees the lease of one silent for over half of its own lease
+// (died, or froze), and says so: another process stands by at once, not
+// when the dead standby's lease runs out.
+func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, standby string
+		lease         time.Duration // the standby's, as the holder reads it
+	}{
+		{"its own lease", "other 20000", 20 * time.Second},
+		{"a token alone, of an older version: the holder's lease", "other", time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, m, c, _ := clockQueue(t, WithLease(time.Minute))
+			bk := q.keys.bucket(0)
+			res, err := q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			require.Equal(t, roleHolder, res.role)
+			require.NoError(t, c.Set(ctx, bk.standby, tc.standby, tc.lease).Err())
+
+			m.FastForward(tc.lease / 2)
+			res, err = q.moveDue(ctx, 0, "mine", true)
+			require.NoError(t, err)
+			assert.False(t, res.vacated, "silent for half its lease: kept")
+			m.FastForward(time.Millisecond)
+			res, err = q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			assert.False(t, res.vacated, "looked at with the chores only")
+			require.Equal(t, tc.standby, c.Get(ctx, bk.standby).Val())
+
+			res, err = q.moveDue(ctx, 0, "mine", true)
+			require.NoError(t, err)
+			assertStandbyFreed(t, q, c, res) // silent for over half its lease
+			res, err = q.moveDue(ctx, 0, "mine", true)
+			require.NoError(t, err)
+			assert.False(t, res.vacated, "a standby that just renewed is kept")
+		})
+	}
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {

@@ -24,6 +24,12 @@ const (
 	moveStandby = -2 // the caller stands by
 )
 
+// move.lua's flags for a holder, third in its reply.
+const (
+	moveFresh   = 1 // the call took a free lease or the bucket over
+	moveVacated = 2 // the call freed the standby lease
+)
+
 // reserveStatus says how a reserve call ended, first in reserve.lua's reply.
 type reserveStatus int
 

@@ -10,15 +10,18 @@
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- KEYS[7] dedup zset  KEYS[8] counts hash  KEYS[9] ready-signal key prefix
 -- KEYS[10] standby lease  KEYS[11] watched string (schedule_tick.go)
--- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 to
--- delete (up to 1,000) tombstones whose dedup window ended, and the counts
--- that are 0, else 0  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
+-- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 for
+-- the holder's chores, else 0: delete (up to 1,000) tombstones whose dedup
+-- window ended and the counts that are 0, and free the standby lease of a
+-- standby silent for over half its lease  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
 -- holder made ready over a second ago, to look for a lost signal (below);
 -- "" for every topic with ready jobs in the bucket
--- returns {moved, next_due_in_us or -1, fresh, topic, count, topic, count,
--- ...} with how many jobs became ready per topic, fresh being 1 when the
--- call took a free lease or the bucket over (0 when it extended its own),
--- and count 0 for a topic of ARGV[6..] whose waiting job got a signal;
+-- returns {moved, next_due_in_us or -1, flags, topic, count, topic, count,
+-- ...} with how many jobs became ready per topic, flags adding FRESH when
+-- the call took a free lease or the bucket over (not when it extended its
+-- own) and VACATED when it freed the standby lease (the caller tells the
+-- others), and count 0 for a topic of ARGV[6..] whose waiting job got a
+-- signal;
 -- {-2, takeover_in_us or -1, lease ttl ms, topic, 0, ...} when the caller
 -- is the standby, takeover_in_us being how long until the bucket's next
 -- job is overdue by the grace and the holder silent as long (-1: no job),
@@ -38,6 +41,9 @@ local token, lease, batch, trim, grace = ARGV[1], tonumber(ARGV[2]), tonumber(AR
 -- (a holder's is how many jobs it moved), as bucket.go reads it.
 local MOVE_NEITHER = -1 -- other tokens hold both leases
 local MOVE_STANDBY = -2 -- the caller stands by
+-- The flags of a holder's reply.
+local MOVE_FRESH = 1 -- the call took a free lease or the bucket over
+local MOVE_VACATED = 2 -- the call freed the standby lease
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -135,30 +141,51 @@ if seen_till and tonumber(seen_till) >= now_ms then
 end
 redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - now_ms)
 
--- The lock holds "<token> <lease ms>": a standby tells from its time to
--- live how long ago its holder last moved, whatever lease the holder has.
+-- The lock and the standby lease hold "<token> <lease ms>": from a lease's
+-- time to live one tells how long ago its owner last renewed it, whatever
+-- lease the owner has. (A standby lease of an older version holds the
+-- token alone.)
+local function owner(v)
+  return v and string.match(v, '^%S+')
+end
+local function silent_for(v, ttl)
+  local ms = tonumber(string.match(v, ' (%d+)$') or lease)
+  return ms - ttl, ms
+end
 local holder = redis.call('GET', lock)
-local held_by = holder and string.match(holder, '^%S+')
-local fresh = 0
+local flags = 0
 if holder == false then
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
   -- A standby that takes a lease let go leaves the standby lease to
   -- another, as one that takes the bucket over does.
-  if redis.call('GET', standby) == token then
+  if owner(redis.call('GET', standby)) == token then
     redis.call('DEL', standby)
+    flags = MOVE_VACATED
   end
-  fresh = 1
-elseif held_by == token then
+  flags = flags + MOVE_FRESH
+elseif owner(holder) == token then
   redis.call('PEXPIRE', lock, lease)
+  -- A standby renews its lease at least every third of it: one silent for
+  -- over half of it died or froze. Its lease goes, and another process
+  -- stands by in its place, so that the bucket does not wait out the dead
+  -- standby's lease should its holder die next.
+  local waiting = trim == '1' and redis.call('GET', standby)
+  if waiting then
+    local silent, ms = silent_for(waiting, redis.call('PTTL', standby))
+    if silent > ms / 2 then
+      redis.call('DEL', standby)
+      flags = MOVE_VACATED
+    end
+  end
 else
   local waiting = redis.call('GET', standby)
-  if waiting and waiting ~= token then
+  if waiting and owner(waiting) ~= token then
     return {MOVE_NEITHER, redis.call('PTTL', standby)}
   end
-  redis.call('SET', standby, token, 'PX', lease)
+  redis.call('SET', standby, token .. ' ' .. lease, 'PX', lease)
   local ttl = redis.call('PTTL', lock)
   local first = earliest(bucket)
-  local silent = tonumber(string.match(holder, '%d+$') or lease) - ttl
+  local silent = silent_for(holder, ttl)
   if first == nil then
     local out = {MOVE_STANDBY, -1, ttl}
     look_asked(out)
@@ -172,7 +199,7 @@ else
   -- Overdue, and nothing moved: take the bucket over.
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
   redis.call('DEL', standby)
-  fresh = 1
+  flags = MOVE_FRESH + MOVE_VACATED
 end
 
 if trim == '1' then
@@ -240,7 +267,7 @@ if #ids > 0 then
   tally_each(KEYS[8], RESERVED, left[RESERVED], -1)
 end
 -- One signal per job that became ready: each wakes one consumer.
-local out = {#ids, until_due(), fresh}
+local out = {#ids, until_due(), flags}
 for _, topic in ipairs(topics) do
   tally(KEYS[8], READY, topic, #lists[topic])
   signal(sig_prefix, topic, #lists[topic])

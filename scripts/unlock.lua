@@ -10,7 +10,10 @@
 local UNLOCK_RELEASED = 1
 local UNLOCK_NOT_HELD = 0
 
-if redis.call('GET', KEYS[2]) == ARGV[1] then
+-- Both hold "<token> <lease ms>" (move.lua); a standby lease of an older
+-- version, the token alone.
+local standby = redis.call('GET', KEYS[2])
+if standby and string.match(standby, '^%S+') == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 local holder = redis.call('GET', KEYS[1])
