@@ -363,7 +363,7 @@ func TestFaultALostLeaseHolderIsTakenOverLongBeforeItsLeaseRunsOut(t *testing.T)
 }
 
 // A standby that dies or freezes is replaced once the holder, at its
-// chores, finds it silent for over half its lease: before the dead
+// chores, finds it has not looked when it said it would: before the dead
 // standby's lease runs out. So when the holder dies next, the new standby
 // takes its buckets over within the grace, as after a single failure.
 func TestFaultADeadStandbyIsReplacedBeforeItsLeaseRunsOut(t *testing.T) {

@@ -26,11 +26,12 @@ import (
 //     (it died, or froze), the standby takes the bucket over: a crash costs
 //     the due jobs about takeoverGrace, not the rest of the lease. While
 //     all are healthy, the standby only looks, a read, when jobs fall due.
-//     It renews the standby lease at least every renewWithin;
+//     It looks at least every renewWithin, and each look renews the
+//     standby lease and writes in it when the standby will look next;
 //   - the holder, at its chores (about once a second), frees the standby
-//     lease of a standby silent for over half its lease: it died or froze,
-//     and should the holder die next, the bucket would wait for the dead
-//     standby's lease to run out;
+//     lease of a standby that has not looked a second after it said it
+//     would: it died or froze, and should the holder die next, the bucket
+//     would wait for the dead standby's lease to run out;
 //   - the others try again when the standby lease would run out, or when
 //     told that it is free (contended, and "standby:<b>" on the control
 //     channel, from the process that freed it);

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +31,8 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	assert.Equal(t, StateDelayed, job.State, "a handler without the lease moves nothing")
 	standby, err := c.Get(ctx, bk.standby).Result()
 	require.NoError(t, err)
-	assert.Equal(t, "mine "+strconv.FormatInt(q.opts.lease.Milliseconds(), 10), standby, "the token and its lease")
+	assert.Equal(t, fmt.Sprintf("mine %d %d", q.opts.lease.Milliseconds(), time.UnixMilli(1_700_000_001_000).Add(takeoverGrace).UnixMilli()), standby,
+		"the token, its lease, and when it looks again: once the job is overdue by the grace")
 
 	res, err = q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
@@ -138,32 +140,42 @@ func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveRe
 	assert.Equal(t, roleStandby, res.role, "another stands by")
 }
 
-// A standby renews its lease at least every third of it. The holder, at
-// its chores, frees the lease of one silent for over half of its own lease
-// (died, or froze), and says so: another process stands by at once, not
-// when the dead standby's lease runs out.
+// A standby says in its lease when it will look again, and looks at least
+// every third of its lease. The holder, at its chores, frees the lease of
+// one that has not looked a second after it said it would (died, or
+// froze), and says so: another process stands by at once, not when the
+// dead standby's lease runs out. A standby lease of an older version
+// (no next look) is freed after half its lease of silence.
 func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 	ctx := context.Background()
+	start := time.UnixMilli(1_700_000_000_000) // clockQueue's clock
 	for _, tc := range []struct {
 		name, standby string
-		lease         time.Duration // the standby's, as the holder reads it
+		lease         time.Duration // the standby's
+		late          time.Duration // how long from now it may be silent
+		onTTL         bool          // told from the lease's time to live, not the clock
 	}{
-		{"its own lease", "other 20000", 20 * time.Second},
-		{"a token alone, of an older version: the holder's lease", "other", time.Minute},
+		{"it said when it would look", "other 20000 " + strconv.FormatInt(start.Add(5*time.Second).UnixMilli(), 10), 20 * time.Second, 6 * time.Second, false},
+		{"an older version's, with its lease", "other 20000", 20 * time.Second, 10 * time.Second, true},
+		{"an older version's, a token alone: the holder's lease", "other", time.Minute, 30 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q, m, c, _ := clockQueue(t, WithLease(time.Minute))
+			q, m, c, advance := clockQueue(t, WithLease(time.Minute))
+			pass := advance
+			if tc.onTTL {
+				pass = m.FastForward
+			}
 			bk := q.keys.bucket(0)
 			res, err := q.moveDue(ctx, 0, "mine", false)
 			require.NoError(t, err)
 			require.Equal(t, roleHolder, res.role)
 			require.NoError(t, c.Set(ctx, bk.standby, tc.standby, tc.lease).Err())
 
-			m.FastForward(tc.lease / 2)
+			pass(tc.late)
 			res, err = q.moveDue(ctx, 0, "mine", true)
 			require.NoError(t, err)
-			assert.False(t, res.vacated, "silent for half its lease: kept")
-			m.FastForward(time.Millisecond)
+			assert.False(t, res.vacated, "not yet late: kept")
+			pass(time.Millisecond)
 			res, err = q.moveDue(ctx, 0, "mine", false)
 			require.NoError(t, err)
 			assert.False(t, res.vacated, "looked at with the chores only")
@@ -171,10 +183,10 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 
 			res, err = q.moveDue(ctx, 0, "mine", true)
 			require.NoError(t, err)
-			assertStandbyFreed(t, q, c, res) // silent for over half its lease
+			assertStandbyFreed(t, q, c, res) // late
 			res, err = q.moveDue(ctx, 0, "mine", true)
 			require.NoError(t, err)
-			assert.False(t, res.vacated, "a standby that just renewed is kept")
+			assert.False(t, res.vacated, "a standby that just looked is kept")
 		})
 	}
 }

@@ -13,7 +13,7 @@
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 for
 -- the holder's chores, else 0: delete (up to 1,000) tombstones whose dedup
 -- window ended and the counts that are 0, and free the standby lease of a
--- standby silent for over half its lease  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
+-- standby that did not look when it said it would  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
 -- holder made ready over a second ago, to look for a lost signal (below);
 -- "" for every topic with ready jobs in the bucket
 -- returns {moved, next_due_in_us or -1, flags, topic, count, topic, count,
@@ -141,17 +141,22 @@ if seen_till and tonumber(seen_till) >= now_ms then
 end
 redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - now_ms)
 
--- The lock and the standby lease hold "<token> <lease ms>": from a lease's
--- time to live one tells how long ago its owner last renewed it, whatever
--- lease the owner has. (A standby lease of an older version holds the
--- token alone.)
+-- The lock holds "<token> <lease ms>", and the standby lease "<token>
+-- <lease ms> <next ms>": from a lease's time to live one tells how long
+-- ago its owner last renewed it, whatever lease the owner has; next is
+-- when (server ms) the standby said it would look again. (A standby lease
+-- of an older version holds the token alone.)
 local function owner(v)
   return v and string.match(v, '^%S+')
 end
-local function silent_for(v, ttl)
-  local ms = tonumber(string.match(v, ' (%d+)$') or lease)
-  return ms - ttl, ms
+local function lease_of(v)
+  local _, ms, next = string.match(v, '^(%S+) (%d+) ?(%d*)$')
+  return tonumber(ms) or lease, tonumber(next)
 end
+-- A standby that has not looked STANDBY_LATE_MS after it said it would
+-- (or, saying nothing, in half its lease; it renews at least every third)
+-- died or froze.
+local STANDBY_LATE_MS = 1000
 local holder = redis.call('GET', lock)
 local flags = 0
 if holder == false then
@@ -165,14 +170,13 @@ if holder == false then
   flags = flags + MOVE_FRESH
 elseif owner(holder) == token then
   redis.call('PEXPIRE', lock, lease)
-  -- A standby renews its lease at least every third of it: one silent for
-  -- over half of it died or froze. Its lease goes, and another process
-  -- stands by in its place, so that the bucket does not wait out the dead
-  -- standby's lease should its holder die next.
+  -- A dead standby's lease goes, and another process stands by in its
+  -- place, so that the bucket does not wait out that lease should its
+  -- holder die next.
   local waiting = trim == '1' and redis.call('GET', standby)
   if waiting then
-    local silent, ms = silent_for(waiting, redis.call('PTTL', standby))
-    if silent > ms / 2 then
+    local ms, next = lease_of(waiting)
+    if (next and now_ms > next + STANDBY_LATE_MS) or (not next and ms - redis.call('PTTL', standby) > ms / 2) then
       redis.call('DEL', standby)
       flags = MOVE_VACATED
     end
@@ -182,17 +186,20 @@ else
   if waiting and owner(waiting) ~= token then
     return {MOVE_NEITHER, redis.call('PTTL', standby)}
   end
-  redis.call('SET', standby, token .. ' ' .. lease, 'PX', lease)
   local ttl = redis.call('PTTL', lock)
   local first = earliest(bucket)
-  local silent = silent_for(holder, ttl)
+  local silent = lease_of(holder) - ttl
+  -- The standby looks again when it could take the bucket over, and at
+  -- least every third of its lease (handler.go).
+  local out, wait_ms = nil, math.floor(lease / 3)
   if first == nil then
-    local out = {MOVE_STANDBY, -1, ttl}
-    look_asked(out)
-    return out
+    out = {MOVE_STANDBY, -1, ttl}
   elseif first > now_ms - grace or silent < grace then
-    local wait_ms = math.max(first + grace - now_ms, grace - silent, 0)
-    local out = {MOVE_STANDBY, wait_ms * 1000, ttl}
+    local until_ms = math.max(first + grace - now_ms, grace - silent, 0)
+    out, wait_ms = {MOVE_STANDBY, until_ms * 1000, ttl}, math.min(wait_ms, until_ms)
+  end
+  if out then
+    redis.call('SET', standby, token .. ' ' .. lease .. ' ' .. (now_ms + wait_ms), 'PX', lease)
     look_asked(out)
     return out
   end
