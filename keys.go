@@ -30,7 +30,7 @@ import (
 //	dq:{name:b}:dedup          ZSET  IDs of jobs finished or removed, scored by the end of their dedup window
 //	dq:{name:b}:counts         HASH  "<state>:<topic>" -> how many of the bucket's jobs of topic are delayed (1), ready (2) or reserved (3)
 //	dq:{name:b}:sig:<topic>    LIST  one ready signal per ready job not yet claimed, which waiting consumers pop (BLPOP)
-//	dq:{name:b}:standby        STRING  "<token> <lease ms> <next look, server ms>" of the bucket handler that stands by to take the bucket over
+//	dq:{name:b}:standby        STRING  "<token> <lease ms> <next look, server ms>" of the bucket handler that stands by to take the bucket over (an older version's: the token alone)
 //	dq:{name:b}:paused         SET   paused topics (every bucket holds the same)
 //	dq:{name:b}:poke:<token>   LIST  a process's own key, pushed to wake its blocked pop (a moment only)
 //	dq:{name:b}:lost:<topic>   STRING  until when (server ms) the latest look for a lost ready signal of topic stands, a second; one process a second looks (reserve.lua)

@@ -25,9 +25,9 @@ import (
 //     is overdue by that much and the holder has moved nothing for as long
 //     (it died, or froze), the standby takes the bucket over: a crash costs
 //     the due jobs about takeoverGrace, not the rest of the lease. While
-//     all are healthy, the standby only looks, a read, when jobs fall due.
-//     It looks at least every renewWithin, and each look renews the
-//     standby lease and writes in it when the standby will look next;
+//     all are healthy, the standby moves nothing: it looks when jobs fall
+//     due, and at least every renewWithin, and each look renews the standby
+//     lease and writes in it when the standby will look next;
 //   - the holder, at its chores (about once a second), frees the standby
 //     lease of a standby that has not looked a second after it said it
 //     would: it died or froze, and should the holder die next, the bucket

@@ -144,8 +144,8 @@ func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveRe
 // every third of its lease. The holder, at its chores, frees the lease of
 // one that has not looked a second after it said it would (died, or
 // froze), and says so: another process stands by at once, not when the
-// dead standby's lease runs out. A standby lease of an older version
-// (no next look) is freed after half its lease of silence.
+// dead standby's lease runs out. A standby lease that gives its lease but
+// no next look is freed after half its lease of silence.
 func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 	ctx := context.Background()
 	start := time.UnixMilli(1_700_000_000_000) // clockQueue's clock
@@ -156,8 +156,7 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 		onTTL         bool          // told from the lease's time to live, not the clock
 	}{
 		{"it said when it would look", "other 20000 " + strconv.FormatInt(start.Add(5*time.Second).UnixMilli(), 10), 20 * time.Second, 6 * time.Second, false},
-		{"an older version's, with its lease", "other 20000", 20 * time.Second, 10 * time.Second, true},
-		{"an older version's, a token alone: the holder's lease", "other", time.Minute, 30 * time.Second, true},
+		{"no next look, but its lease", "other 20000", 20 * time.Second, 10 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, m, c, advance := clockQueue(t, WithLease(time.Minute))
@@ -189,6 +188,24 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 			assert.False(t, res.vacated, "a standby that just looked is kept")
 		})
 	}
+}
+
+// A standby lease of an older version holds its token alone: its lease is
+// not known, so the holder cannot tell how long it has been silent, and
+// leaves it to run out rather than free a healthy standby again and again.
+func TestTheHolderLeavesAStandbyLeaseWithoutItsLease(t *testing.T) {
+	ctx := context.Background()
+	q, m, c, _ := clockQueue(t, WithLease(time.Minute))
+	bk := q.keys.bucket(0)
+	res, err := q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	require.Equal(t, roleHolder, res.role)
+	require.NoError(t, c.Set(ctx, bk.standby, "other", 20*time.Second).Err())
+	m.FastForward(20*time.Second - time.Millisecond)
+	res, err = q.moveDue(ctx, 0, "mine", true)
+	require.NoError(t, err)
+	assert.False(t, res.vacated)
+	assert.Equal(t, "other", c.Get(ctx, bk.standby).Val(), "left to run out")
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {

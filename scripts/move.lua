@@ -142,20 +142,21 @@ end
 redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - now_ms)
 
 -- The lock holds "<token> <lease ms>", and the standby lease "<token>
--- <lease ms> <next ms>": from a lease's time to live one tells how long
--- ago its owner last renewed it, whatever lease the owner has; next is
--- when (server ms) the standby said it would look again. (A standby lease
--- of an older version holds the token alone.)
+-- <lease ms> <next look ms>": from a lease's time to live one tells how
+-- long ago its owner last renewed it, whatever lease the owner has; the
+-- next look is when (server ms) the standby said it would look again.
 local function owner(v)
   return v and string.match(v, '^%S+')
 end
+-- lease_of returns a lease's ms (nil when it holds a token alone, as an
+-- older version's standby lease does) and its next look (nil: not said).
 local function lease_of(v)
-  local _, ms, next = string.match(v, '^(%S+) (%d+) ?(%d*)$')
-  return tonumber(ms) or lease, tonumber(next)
+  local _, ms, look_at = string.match(v, '^(%S+) (%d+) ?(%d*)$')
+  return tonumber(ms), tonumber(look_at)
 end
 -- A standby that has not looked STANDBY_LATE_MS after it said it would
 -- (or, saying nothing, in half its lease; it renews at least every third)
--- died or froze.
+-- died or froze. One whose lease is not known is left to run out.
 local STANDBY_LATE_MS = 1000
 local holder = redis.call('GET', lock)
 local flags = 0
@@ -175,8 +176,8 @@ elseif owner(holder) == token then
   -- holder die next.
   local waiting = trim == '1' and redis.call('GET', standby)
   if waiting then
-    local ms, next = lease_of(waiting)
-    if (next and now_ms > next + STANDBY_LATE_MS) or (not next and ms - redis.call('PTTL', standby) > ms / 2) then
+    local ms, look_at = lease_of(waiting)
+    if (look_at and now_ms > look_at + STANDBY_LATE_MS) or (ms and not look_at and ms - redis.call('PTTL', standby) > ms / 2) then
       redis.call('DEL', standby)
       flags = MOVE_VACATED
     end
@@ -188,7 +189,7 @@ else
   end
   local ttl = redis.call('PTTL', lock)
   local first = earliest(bucket)
-  local silent = lease_of(holder) - ttl
+  local silent = (lease_of(holder) or lease) - ttl
   -- The standby looks again when it could take the bucket over, and at
   -- least every third of its lease (handler.go).
   local out, wait_ms = nil, math.floor(lease / 3)
