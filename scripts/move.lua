@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---#include codec header decode bulk tallies places tombstones clock bucket signals kill entries
+--#include codec header decode bulk tallies places tombstones clock bucket signals kill entries lease
 -- move.lua: move due job IDs of one bucket to their topics' ready lists.
 -- Holds the bucket's lease while it works: the caller's token takes a free
 -- lease or extends its own. A lease held by another token moves nothing,
@@ -141,19 +141,6 @@ if seen_till and tonumber(seen_till) >= now_ms then
 end
 redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - now_ms)
 
--- The lock holds "<token> <lease ms>", and the standby lease "<token>
--- <lease ms> <next look ms>": from a lease's time to live one tells how
--- long ago its owner last renewed it, whatever lease the owner has; the
--- next look is when (server ms) the standby said it would look again.
-local function owner(v)
-  return v and string.match(v, '^%S+')
-end
--- lease_of returns a lease's ms (nil when it holds a token alone, as an
--- older version's standby lease does) and its next look (nil: not said).
-local function lease_of(v)
-  local _, ms, look_at = string.match(v, '^(%S+) (%d+) ?(%d*)$')
-  return tonumber(ms), tonumber(look_at)
-end
 -- A standby that has not looked STANDBY_LATE_MS after it said it would
 -- (or, saying nothing, in half its lease; it renews at least every third)
 -- died or froze. One whose lease is not known is left to run out.

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+--#include lease
 -- unlock.lua: give up a bucket's leases that the caller holds: the lease
 -- (and then tell the standby, which takes the bucket over at once) and the
 -- standby lease.
@@ -10,14 +11,11 @@
 local UNLOCK_RELEASED = 1
 local UNLOCK_NOT_HELD = 0
 
--- Both hold "<token> <lease ms>" (move.lua); a standby lease of an older
--- version, the token alone.
-local standby = redis.call('GET', KEYS[2])
-if standby and string.match(standby, '^%S+') == ARGV[1] then
+if owner(redis.call('GET', KEYS[2])) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 local holder = redis.call('GET', KEYS[1])
-if not holder or string.match(holder, '^%S+') ~= ARGV[1] then
+if owner(holder) ~= ARGV[1] then
   return UNLOCK_NOT_HELD
 end
 redis.call('DEL', KEYS[1])
