@@ -13,23 +13,25 @@ import (
 
 // moveResult is what one move step did.
 type moveResult struct {
-	role leaseRole // what the call made of the caller: holder, standby or neither
+	role leaseRole // what the call made of the caller: holder, standby, second standby or none
 	// moved is how many due jobs the holder moved.
 	moved int
 	// next is how long until the bucket's next job is due; -1 when the
 	// bucket is empty, or not known (to neither holder nor standby). For
 	// the standby, how long until it could take the bucket over: the next
-	// job overdue by takeoverGrace, and the holder silent as long.
+	// job overdue by takeoverGrace, and the holder silent as long. For the
+	// second standby, how long until it looks whether the standby is late.
 	next time.Duration
 	// wait is, for the standby, how long the holder's lease has to run;
-	// for neither, the standby's.
+	// for neither, the sooner of the standby leases'.
 	wait time.Duration
 	// fresh is set when the call took a free lease or the bucket over,
 	// rather than extending its own.
 	fresh bool
-	// vacated is set when the call freed the standby lease: the standby
-	// took the bucket over, or the holder found it silent (move.lua). The
-	// others hear of it from the caller.
+	// vacated is set when the call freed a standby lease: the standby
+	// took the bucket over, the second standby took the standby's place,
+	// or the holder found either silent (move.lua). The others hear of it
+	// from the caller.
 	vacated bool
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
@@ -53,7 +55,7 @@ type topicCount struct {
 // holds ready jobs (move.lua).
 func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool, stranded ...string) (moveResult, error) {
 	bk := q.keys.bucket(b)
-	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby, bk.watched}
+	keys := []string{bk.zset, bk.pool, bk.readyPrefix, bk.deadPrefix, bk.lock, bk.deadTopics, bk.dedup, bk.counts, bk.sigPrefix, bk.standby, bk.watched, bk.second}
 	args := []any{token, q.opts.lease.Milliseconds(), q.opts.batch, trim, takeoverGrace.Milliseconds()}
 	for _, topic := range stranded {
 		args = append(args, topic)
@@ -88,7 +90,13 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool
 	case moveNeither:
 		return moveResult{role: roleNone, next: -1, wait: time.Duration(max(head[1], 0)) * time.Millisecond}, nil
 	case moveStandby:
-		return moveResult{role: roleStandby, next: until(head[1]), wait: time.Duration(max(head[2], 0)) * time.Millisecond}, nil
+		if len(reply) < 4 {
+			return bad()
+		}
+		flags, _ := reply[3].(int64)
+		return moveResult{role: roleStandby, next: until(head[1]), wait: time.Duration(max(head[2], 0)) * time.Millisecond, vacated: flags&moveVacated != 0}, nil
+	case moveSecond:
+		return moveResult{role: roleSecond, next: until(head[1])}, nil
 	}
 	if head[0] < 0 || len(reply)%2 == 0 {
 		return bad()

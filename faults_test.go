@@ -424,6 +424,84 @@ func TestFaultADeadStandbyIsReplacedBeforeItsLeaseRunsOut(t *testing.T) {
 	}
 }
 
+// TestFaultHolderAndStandbyDyingTogether: the holder and the standby are
+// killed, or frozen, at once, as two processes on one machine that fails.
+// The second standby (this test's process) stands in for the standby and
+// takes the bucket over: every job is delivered before the standby's
+// lease would have run out. The jobs are pushed before the leases are
+// taken, so that the standby's last look knew when they fall due, or
+// just before the kill, due a second later: the second standby then
+// learns that the standby is dead only when it said it would look next
+// (within a third of the lease).
+func TestFaultHolderAndStandbyDyingTogether(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		for _, ahead := range []bool{true, false} {
+			name := map[syscall.Signal]string{syscall.SIGKILL: "killed", syscall.SIGSTOP: "frozen"}[sig]
+			pushed := map[bool]string{true: "pushed ahead", false: "pushed just before"}[ahead]
+			t.Run(name+", "+pushed, func(t *testing.T) {
+				t.Parallel()
+				faultTogether(t, sig, ahead, name+" together, jobs "+pushed)
+			})
+		}
+	}
+}
+
+func faultTogether(t *testing.T, sig syscall.Signal, ahead bool, name string) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	queue := uniqueName(t)
+	const lease = 10 * time.Second
+	env := []string{"DQ_LEASE=" + lease.String()}
+	var late lateness
+	q := newQueue(t, c, WithName(queue), WithLease(lease), WithObserver(&late))
+	n := scale(1000, 10_000)
+	push := func(from time.Time) []string {
+		return pushN(t, q, n, func(i int) *Job {
+			return &Job{Topic: "t", RunAt: from.Add(time.Duration(i%1000) * time.Millisecond)}
+		})
+	}
+	var ids []string
+	if ahead {
+		ids = push(time.Now().Add(5 * time.Second))
+	}
+	lock := func(bk bucketKeys) string { return bk.lock }
+	standby := func(bk bucketKeys) string { return bk.standby }
+	second := func(bk bucketKeys) string { return bk.second }
+	var children []*child
+	for _, role := range []func(bucketKeys) string{lock, standby} {
+		ch := startChild(t, "mover", s.Addr, queue, env...)
+		ch.expect(t, "started")
+		require.Eventually(t, func() bool { return !slices.Contains(leaseOwners(c, q, role), "") },
+			10*time.Second, time.Millisecond, "the child takes its lease of every bucket")
+		children = append(children, ch)
+	}
+	startQueue(t, q)
+	require.Eventually(t, func() bool { return ownsAll(q, leaseOwners(c, q, second)) },
+		10*time.Second, time.Millisecond, "this process is the second standby of every bucket")
+	if !ahead {
+		ids = push(time.Now().Add(time.Second))
+	}
+	for _, ch := range children {
+		ch.signal(t, sig)
+		if sig == syscall.SIGSTOP {
+			t.Cleanup(func() { _ = ch.cmd.Process.Signal(syscall.SIGCONT) })
+		}
+	}
+	// When the dead standby's leases would run out.
+	killed, runsOut := time.Now(), time.Now().Add(lease)
+	for b := range q.opts.buckets {
+		if ttl := c.PTTL(context.Background(), q.keys.bucket(b).standby).Val(); ttl >= 0 && killed.Add(ttl).Before(runsOut) {
+			runsOut = killed.Add(ttl)
+		}
+	}
+	tl := deliverAll(t, q, ids, 2*lease)
+	require.True(t, time.Now().Before(runsOut), "delivered before the dead standby's lease ran out")
+	assert.True(t, ownsAll(q, leaseOwners(c, q, lock)), "every bucket taken over")
+	p99, worst := late.figures()
+	t.Logf("FAULT holder and standby %s: %d jobs due over 1 s: lateness p99 %v, max %v (lease %v)", name, n, p99, worst, lease)
+	tl.report(t, "holder and standby "+name)
+}
+
 // lateness collects the lateness of every delivery (EventReserved).
 type lateness struct {
 	mu  sync.Mutex

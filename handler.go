@@ -133,7 +133,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	trim := time.Since(h.buried) >= time.Second
 	now := time.Now()
 	stranded := h.stranded(now)
-	lookAll := h.lease.role != roleNone && now.Sub(h.lookedAll) >= h.q.opts.poll
+	lookAll := h.lease.role.watches() && now.Sub(h.lookedAll) >= h.q.opts.poll
 	if lookAll {
 		stranded = append(stranded, everyTopic)
 	}
@@ -167,8 +167,13 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		h.failures = 0
 	}
 	was := h.lease.role
-	if lookAll && res.role != roleNone {
+	if lookAll && res.role.watches() {
 		h.lookedAll = now
+	}
+	if res.vacated {
+		// The standby took the bucket over or the second standby its
+		// place, or the holder found either silent: another may stand by.
+		h.q.announce(ctx, controlStandby+strconv.Itoa(h.b))
 	}
 	if res.role != roleHolder {
 		h.mu.Lock()
@@ -179,6 +184,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	switch res.role {
 	case roleNone:
 		return h.lease.contended(res.wait, h.q.opts.lease)
+	case roleSecond:
+		h.lease.role = roleSecond
+		return res.next
 	case roleStandby:
 		h.lease.role = roleStandby
 		h.listen()
@@ -190,14 +198,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 	}
 	h.lease.role = roleHolder
 	h.listen()
-	if was == roleStandby && res.fresh {
+	if (was == roleStandby || was == roleSecond) && res.fresh {
 		// The holder stopped moving, or let go.
 		log.Info("delayqueue: bucket handler took the bucket over", attrBucket, h.b)
-	}
-	if res.vacated {
-		// The standby took the bucket over, or stopped renewing its
-		// lease: another may stand by.
-		h.q.announce(ctx, controlStandby+strconv.Itoa(h.b))
 	}
 	if trim {
 		h.buried = time.Now()
@@ -281,7 +284,8 @@ func (h *bucketHandler) listen() {
 
 // sleep waits for wait, or less when woken for an earlier due job (the
 // standby: that plus the grace), for a freed lease (the standby, and those
-// without a role), or for a vacant standby lease (those without a role). It
+// without a role), or for a vacant standby lease (the second standby, and
+// those without a role). It
 // returns false when ctx ends.
 func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
 	if ctx.Err() != nil {
@@ -302,9 +306,9 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 			h.mu.Unlock()
 			role := h.lease.role
 			switch {
-			case free && role != roleHolder, vacant && role == roleNone:
+			case free && role != roleHolder, vacant && !role.watches():
 				return true
-			case role == roleNone:
+			case !role.watches():
 				continue
 			case role == roleStandby && !at.IsZero():
 				at = at.Add(takeoverGrace)

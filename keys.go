@@ -31,6 +31,7 @@ import (
 //	dq:{name:b}:counts         HASH  "<state>:<topic>" -> how many of the bucket's jobs of topic are delayed (1), ready (2) or reserved (3)
 //	dq:{name:b}:sig:<topic>    LIST  one ready signal per ready job not yet claimed, which waiting consumers pop (BLPOP)
 //	dq:{name:b}:standby        STRING  "<token> <lease ms> <next look, server ms>" of the bucket handler that stands by to take the bucket over (an older version's: the token alone)
+//	dq:{name:b}:second         STRING  "<token> <lease ms> <next look, server ms>" of the second standby: it stands by in place of a standby that is late
 //	dq:{name:b}:paused         SET   paused topics (every bucket holds the same)
 //	dq:{name:b}:poke:<token>   LIST  a process's own key, pushed to wake its blocked pop (a moment only)
 //	dq:{name:b}:lost:<topic>   STRING  until when (server ms) the latest look for a lost ready signal of topic stands, a second; one process a second looks (reserve.lua)
@@ -68,7 +69,7 @@ type keyspace struct {
 // bucketKeys holds the fixed keys of one bucket, built once.
 type bucketKeys struct {
 	pool, zset, readyPrefix, deadPrefix, lock, deadTopics, reservations, records, dedup, counts string
-	sigPrefix, standby, paused, pokePrefix, lostPrefix, grants                                  string
+	sigPrefix, standby, second, paused, pokePrefix, lostPrefix, grants                          string
 	schedules, ticks, lastTicks, watched                                                        string
 	wake                                                                                        string // channel
 }
@@ -91,6 +92,7 @@ func newKeyspace(name string, buckets int) keyspace {
 			counts:       prefix + "counts",
 			sigPrefix:    prefix + "sig:",
 			standby:      prefix + "standby",
+			second:       prefix + "second",
 			paused:       prefix + "paused",
 			pokePrefix:   prefix + "poke:",
 			lostPrefix:   prefix + "lost:",

@@ -12,15 +12,17 @@ import (
 
 // Each bucket has a lease: a string key (dq:{name:b}:lock) holding the
 // token of the bucket handler that moves its jobs, and its lease
-// (WithLease) as the key's expiry, and a standby lease (dq:{name:b}:standby)
-// held so by one other bucket handler, ready to take the bucket over. The
-// whole of it:
+// (WithLease) as the key's expiry, a standby lease (dq:{name:b}:standby)
+// held so by one other bucket handler, ready to take the bucket over, and
+// a second standby lease (dq:{name:b}:second) held by a third, ready to
+// stand by in the standby's place. The whole of it:
 //   - move.lua takes a free lease or extends the caller's own as part of
 //     every move (moveDue, in bucket.go), so a holder renews its lease
 //     simply by working, and by looking at its bucket at least every
 //     renewWithin when idle;
 //   - a caller that finds the lease held takes or keeps the standby lease
-//     in the same call, when it is free or its own. The standby looks at
+//     in the same call, when it is free or its own (or else the second
+//     standby lease, when that is free or its own). The standby looks at
 //     the bucket when its next job is due, plus takeoverGrace; when a job
 //     is overdue by that much and the holder has moved nothing for as long
 //     (it died, or froze), the standby takes the bucket over: a crash costs
@@ -28,14 +30,20 @@ import (
 //     all are healthy, the standby moves nothing: it looks when jobs fall
 //     due, and at least every renewWithin, and each look renews the standby
 //     lease and writes in it when the standby will look next;
-//   - the holder, at its chores (about once a second), frees the standby
-//     lease of a standby that has not looked a second after it said it
-//     would: it died or froze, and should the holder die next, the bucket
-//     would wait for the dead standby's lease to run out;
-//   - the others try again when the standby lease would run out, or when
-//     told that it is free (contended, and "standby:<b>" on the control
+//   - the holder, at its chores (about once a second), frees the lease of
+//     a standby, or second standby, that has not looked a second after it
+//     said it would: it died or froze, and should the holder die next, the
+//     bucket would wait for the dead standby's lease to run out;
+//   - the second standby looks when the standby would be half a second
+//     late (and at least every renewWithin), and renews its lease so. It
+//     stands by in place of a standby that is that late, and in the same
+//     call takes the bucket over if the holder is silent too: holder and
+//     standby dying together (two processes on one machine) cost the due
+//     jobs about a second, not the rest of the standby's lease;
+//   - the others try again when a standby lease would run out, or when
+//     told that one is free (contended, and "standby:<b>" on the control
 //     channel, from the process that freed it);
-//   - unlock.lua gives both up at Close, and publishes "free" on the
+//   - unlock.lua gives all three up at Close, and publishes "free" on the
 //     bucket's wake channel, which wakes the standby: it takes the bucket
 //     over at once.
 // Both scripts check the token, so a bucket handler whose lease ran out and
@@ -55,7 +63,12 @@ const (
 	roleNone    leaseRole = iota // another holds the lease, and another stands by
 	roleHolder                   // it holds the lease, and moves the bucket's jobs
 	roleStandby                  // it stands by, to take the bucket over
+	roleSecond                   // it stands by to take the standby's place
 )
+
+// watches reports whether the role looks at the bucket's jobs: the
+// holder's and the standby's.
+func (r leaseRole) watches() bool { return r == roleHolder || r == roleStandby }
 
 // bucketLease is a bucket handler's side of its bucket's leases.
 type bucketLease struct {
@@ -63,9 +76,9 @@ type bucketLease struct {
 	role  leaseRole // as the last move said
 }
 
-// contended records that other processes hold both leases, the standby's
-// for wait more, and returns when to try again: when that lease would run
-// out, unless renewed, with jitter so that contenders do not try in step.
+// contended records that other processes hold the three leases, a
+// standby's for wait more, and returns when to try again: when that lease
+// would run out, unless renewed, with jitter so that contenders do not try in step.
 // A vacancy wakes the bucket handler earlier.
 func (l *bucketLease) contended(wait, lease time.Duration) time.Duration {
 	l.role = roleNone
@@ -77,7 +90,7 @@ func (l *bucketLease) contended(wait, lease time.Duration) time.Duration {
 func renewWithin(lease time.Duration) time.Duration { return lease / 3 }
 
 // release gives the leases of bucket b up, if held: the standby hears that
-// the lease is free and takes the bucket over, and the others that the
+// the lease is free and takes the bucket over, and the others that a
 // standby lease is.
 func (l *bucketLease) release(ctx context.Context, q *DelayQueue, b int) error {
 	role := l.role
@@ -88,7 +101,7 @@ func (l *bucketLease) release(ctx context.Context, q *DelayQueue, b int) error {
 	if _, err := q.unlock(ctx, b, l.token); err != nil {
 		return err
 	}
-	if role == roleStandby {
+	if role == roleStandby || role == roleSecond {
 		q.announce(ctx, controlStandby+strconv.Itoa(b))
 	}
 	return nil
@@ -105,7 +118,7 @@ func newToken() string {
 // standby when the lease is free. It reports whether it released the lease.
 func (q *DelayQueue) unlock(ctx context.Context, b int, token string) (bool, error) {
 	bk := q.keys.bucket(b)
-	r, err := q.run(ctx, b, scriptUnlock, []string{bk.lock, bk.standby}, token, bk.wake, q.pub).Int64()
+	r, err := q.run(ctx, b, scriptUnlock, []string{bk.lock, bk.standby, bk.second}, token, bk.wake, q.pub).Int64()
 	if err != nil {
 		return false, fmt.Errorf("delayqueue: release lease of bucket %d: %w", b, err)
 	}

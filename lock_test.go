@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,16 +16,13 @@ import (
 
 func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	ctx := context.Background()
-	q, _, c, advance := clockQueue(t)
+	q, _, c, _, id := dueUnderAnother(t)
 	bk := q.keys.bucket(0)
-	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
-	advance(time.Second)
-	require.NoError(t, c.Set(ctx, bk.lock, "other 20000", 20*time.Second).Err())
 
 	res, err := q.moveDue(ctx, 0, "mine", false)
 	require.NoError(t, err)
 	assert.Equal(t, roleStandby, res.role, "a free standby lease is taken")
-	assert.Equal(t, 20*time.Second, res.wait, "how long the holder's lease has to run")
+	assert.Equal(t, 30*time.Second, res.wait, "how long the holder's lease has to run")
 	assert.Equal(t, takeoverGrace, res.next, "until the job, due now, is overdue by the grace")
 	job, err := q.Get(ctx, id)
 	require.NoError(t, err)
@@ -36,10 +34,18 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 
 	res, err = q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
-	assert.Equal(t, roleNone, res.role, "both leases are held")
-	assert.Greater(t, res.wait, time.Duration(0), "until the standby's would run out")
+	assert.Equal(t, roleSecond, res.role, "a free second standby lease is taken")
+	assert.Equal(t, takeoverGrace+501*time.Millisecond, res.next, "until the standby would be half a second late")
+	res, err = q.moveDue(ctx, 0, "fourth", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleNone, res.role, "the three leases are held")
+	assert.Greater(t, res.wait, time.Duration(0), "until a standby's would run out")
+	ok, err := q.unlock(ctx, 0, "third")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	assert.Zero(t, c.Exists(ctx, bk.second).Val(), "the second standby gives up its lease")
 
-	ok, err := q.unlock(ctx, 0, "mine")
+	ok, err = q.unlock(ctx, 0, "mine")
 	require.NoError(t, err)
 	assert.False(t, ok, "a handler cannot release a lease it does not hold")
 	assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "but gives up its standby lease")
@@ -61,12 +67,9 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 // the holder has moved nothing for as long; not before.
 func TestTheStandbyTakesOverFromASilentHolder(t *testing.T) {
 	ctx := context.Background()
-	q, m, c, advance := clockQueue(t)
-	bk := q.keys.bucket(0)
-	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
-	advance(time.Second)
 	// The holder renewed its 30 s lease a moment ago.
-	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+	q, m, c, advance, id := dueUnderAnother(t)
+	bk := q.keys.bucket(0)
 	advance(takeoverGrace + time.Millisecond)
 	res, err := q.moveDue(ctx, 0, "mine", false)
 	require.NoError(t, err)
@@ -91,11 +94,8 @@ func TestTheStandbyTakesOverFromASilentHolder(t *testing.T) {
 // whole grace after it found the job due.
 func TestTheStandbyLooksAgainWhenItCouldTakeOver(t *testing.T) {
 	ctx := context.Background()
-	q, m, c, advance := clockQueue(t)
+	q, m, c, advance, _ := dueUnderAnother(t)
 	bk := q.keys.bucket(0)
-	pushed(t, q, &Job{Topic: "t", Delay: time.Second})
-	advance(time.Second)
-	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
 	advance(100 * time.Millisecond)
 	m.FastForward(100 * time.Millisecond)
 	res, err := q.moveDue(ctx, 0, "mine", false)
@@ -123,21 +123,47 @@ func TestAStandbyThatTakesALeaseLetGoFreesTheStandbyLease(t *testing.T) {
 	require.NoError(t, c.Del(ctx, bk.lock).Err()) // the holder let go
 	res, err = q.moveDue(ctx, 0, "mine", false)
 	require.NoError(t, err)
-	assertStandbyFreed(t, q, c, res)
+	assertStandbyFreed(t, q, c, res, false)
+}
+
+// dueUnderAnother is clockQueue with a job, id, due now in its one
+// bucket, whose 30 s lease another process renewed a moment ago.
+func dueUnderAnother(t *testing.T) (*DelayQueue, *miniredis.Miniredis, *redis.Client, func(time.Duration), string) {
+	t.Helper()
+	q, m, c, advance := clockQueue(t)
+	id := pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	advance(time.Second)
+	require.NoError(t, c.Set(context.Background(), q.keys.bucket(0).lock, "other 30000", 30*time.Second).Err())
+	return q, m, c, advance, id
+}
+
+// heldQueue is clockQueue with a minute's lease, whose one bucket the
+// token "mine" holds.
+func heldQueue(t *testing.T) (*DelayQueue, *miniredis.Miniredis, *redis.Client, func(time.Duration)) {
+	t.Helper()
+	q, m, c, advance := clockQueue(t, WithLease(time.Minute))
+	res, err := q.moveDue(context.Background(), 0, "mine", false)
+	require.NoError(t, err)
+	require.Equal(t, roleHolder, res.role)
+	return q, m, c, advance
 }
 
 // assertStandbyFreed checks that the holder's move that gave res freed
-// the standby lease of bucket 0 and said so, and that another process then
-// stands by.
-func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveResult) {
+// the standby lease of bucket 0 (the second standby's with second) and
+// said so, and that another process then takes it.
+func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveResult, second bool) {
 	t.Helper()
 	ctx := context.Background()
+	key, role := q.keys.bucket(0).standby, roleStandby
+	if second {
+		key, role = q.keys.bucket(0).second, roleSecond
+	}
 	assert.Equal(t, roleHolder, res.role)
 	assert.True(t, res.vacated, "the others are told")
-	assert.Zero(t, c.Exists(ctx, q.keys.bucket(0).standby).Val(), "the standby lease is free for another")
+	assert.Zero(t, c.Exists(ctx, key).Val(), "the lease is free for another")
 	res, err := q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
-	assert.Equal(t, roleStandby, res.role, "another stands by")
+	assert.Equal(t, role, res.role, "another takes it")
 }
 
 // A standby says in its lease when it will look again, and looks at least
@@ -145,10 +171,12 @@ func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveRe
 // one that has not looked a second after it said it would (died, or
 // froze), and says so: another process stands by at once, not when the
 // dead standby's lease runs out. A standby lease that gives its lease but
-// no next look is freed after half its lease of silence.
+// no next look is freed after half its lease of silence. So goes a second
+// standby's lease, beside a standby's that is kept.
 func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 	ctx := context.Background()
 	start := time.UnixMilli(1_700_000_000_000) // clockQueue's clock
+	healthy := "standby 60000 " + strconv.FormatInt(start.Add(time.Hour).UnixMilli(), 10)
 	for _, tc := range []struct {
 		name, standby string
 		lease         time.Duration // the standby's
@@ -158,35 +186,42 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 		{"it said when it would look", "other 20000 " + strconv.FormatInt(start.Add(5*time.Second).UnixMilli(), 10), 20 * time.Second, 6 * time.Second, false},
 		{"no next look, but its lease", "other 20000", 20 * time.Second, 10 * time.Second, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			q, m, c, advance := clockQueue(t, WithLease(time.Minute))
-			pass := advance
-			if tc.onTTL {
-				pass = m.FastForward
-			}
-			bk := q.keys.bucket(0)
-			res, err := q.moveDue(ctx, 0, "mine", false)
-			require.NoError(t, err)
-			require.Equal(t, roleHolder, res.role)
-			require.NoError(t, c.Set(ctx, bk.standby, tc.standby, tc.lease).Err())
+		for _, second := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, second standby %v", tc.name, second), func(t *testing.T) {
+				q, m, c, advance := heldQueue(t)
+				pass := advance
+				if tc.onTTL {
+					pass = m.FastForward
+				}
+				bk := q.keys.bucket(0)
+				key := bk.standby
+				if second {
+					key = bk.second
+					require.NoError(t, c.Set(ctx, bk.standby, healthy, time.Hour).Err())
+				}
+				require.NoError(t, c.Set(ctx, key, tc.standby, tc.lease).Err())
 
-			pass(tc.late)
-			res, err = q.moveDue(ctx, 0, "mine", true)
-			require.NoError(t, err)
-			assert.False(t, res.vacated, "not yet late: kept")
-			pass(time.Millisecond)
-			res, err = q.moveDue(ctx, 0, "mine", false)
-			require.NoError(t, err)
-			assert.False(t, res.vacated, "looked at with the chores only")
-			require.Equal(t, tc.standby, c.Get(ctx, bk.standby).Val())
+				pass(tc.late)
+				res, err := q.moveDue(ctx, 0, "mine", true)
+				require.NoError(t, err)
+				assert.False(t, res.vacated, "not yet late: kept")
+				pass(time.Millisecond)
+				res, err = q.moveDue(ctx, 0, "mine", false)
+				require.NoError(t, err)
+				assert.False(t, res.vacated, "looked at with the chores only")
+				require.Equal(t, tc.standby, c.Get(ctx, key).Val())
 
-			res, err = q.moveDue(ctx, 0, "mine", true)
-			require.NoError(t, err)
-			assertStandbyFreed(t, q, c, res) // late
-			res, err = q.moveDue(ctx, 0, "mine", true)
-			require.NoError(t, err)
-			assert.False(t, res.vacated, "a standby that just looked is kept")
-		})
+				res, err = q.moveDue(ctx, 0, "mine", true)
+				require.NoError(t, err)
+				assertStandbyFreed(t, q, c, res, second) // late
+				res, err = q.moveDue(ctx, 0, "mine", true)
+				require.NoError(t, err)
+				assert.False(t, res.vacated, "one that just looked is kept")
+				if second {
+					assert.Equal(t, healthy, c.Get(ctx, bk.standby).Val(), "the standby's lease is kept")
+				}
+			})
+		}
 	}
 }
 
@@ -195,17 +230,72 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 // leaves it to run out rather than free a healthy standby again and again.
 func TestTheHolderLeavesAStandbyLeaseWithoutItsLease(t *testing.T) {
 	ctx := context.Background()
-	q, m, c, _ := clockQueue(t, WithLease(time.Minute))
+	q, m, c, _ := heldQueue(t)
 	bk := q.keys.bucket(0)
-	res, err := q.moveDue(ctx, 0, "mine", false)
-	require.NoError(t, err)
-	require.Equal(t, roleHolder, res.role)
 	require.NoError(t, c.Set(ctx, bk.standby, "other", 20*time.Second).Err())
 	m.FastForward(20*time.Second - time.Millisecond)
-	res, err = q.moveDue(ctx, 0, "mine", true)
+	res, err := q.moveDue(ctx, 0, "mine", true)
 	require.NoError(t, err)
 	assert.False(t, res.vacated)
 	assert.Equal(t, "other", c.Get(ctx, bk.standby).Val(), "left to run out")
+}
+
+// The second standby looks when the standby would be half a second late,
+// and stands by in the place of one that is: it says so, for another to
+// become the second standby. When the holder is silent too (both died
+// together), it takes the bucket over in the same call.
+func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
+	ctx := context.Background()
+	for _, holderAlive := range []bool{true, false} {
+		t.Run(fmt.Sprintf("holder alive %v", holderAlive), func(t *testing.T) {
+			q, m, c, advance, id := dueUnderAnother(t)
+			passes := func(d time.Duration) { advance(d); m.FastForward(d) }
+			bk := q.keys.bucket(0)
+			res, err := q.moveDue(ctx, 0, "standby", false)
+			require.NoError(t, err)
+			require.Equal(t, roleStandby, res.role)
+			res, err = q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			require.Equal(t, roleSecond, res.role)
+			require.Equal(t, takeoverGrace+501*time.Millisecond, res.next)
+			assert.Equal(t, fmt.Sprintf("mine 30000 %d", time.UnixMilli(1_700_000_001_000).Add(res.next).UnixMilli()), c.Get(ctx, bk.second).Val(),
+				"the token, its lease, and when it looks again")
+
+			passes(takeoverGrace + 500*time.Millisecond)
+			if holderAlive {
+				require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+			}
+			res, err = q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			assert.Equal(t, roleSecond, res.role, "not yet late")
+			assert.Equal(t, time.Millisecond, res.next)
+
+			passes(time.Millisecond)
+			if holderAlive {
+				require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+			}
+			res, err = q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			assert.True(t, res.vacated, "the others are told")
+			assert.Zero(t, c.Exists(ctx, bk.second).Val(), "the second standby lease is free for another")
+			job, err := q.Get(ctx, id)
+			require.NoError(t, err)
+			if holderAlive {
+				assert.Equal(t, roleStandby, res.role, "in the late standby's place")
+				assert.True(t, strings.HasPrefix(c.Get(ctx, bk.standby).Val(), "mine "))
+				assert.Equal(t, StateDelayed, job.State)
+				res, err = q.moveDue(ctx, 0, "fourth", false)
+				require.NoError(t, err)
+				assert.Equal(t, roleSecond, res.role, "another is the second standby")
+				return
+			}
+			assert.Equal(t, roleHolder, res.role, "the holder is silent too: taken over")
+			assert.True(t, res.fresh)
+			assert.Equal(t, 1, res.moved)
+			assert.Zero(t, c.Exists(ctx, bk.standby).Val(), "the standby lease is free for another")
+			assert.Equal(t, StateReady, job.State)
+		})
+	}
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {

@@ -20,14 +20,15 @@ const (
 // move.lua's answers for a caller that does not hold the lease, first in
 // its reply (a holder's is how many jobs it moved).
 const (
-	moveNeither = -1 // another process holds the lease, and another stands by
+	moveNeither = -1 // others hold the lease and both standby leases
 	moveStandby = -2 // the caller stands by
+	moveSecond  = -3 // the caller is the second standby
 )
 
-// move.lua's flags for a holder, third in its reply.
+// move.lua's flags, third in a holder's reply and fourth in a standby's.
 const (
 	moveFresh   = 1 // the call took a free lease or the bucket over
-	moveVacated = 2 // the call freed the standby lease
+	moveVacated = 2 // the call freed a standby lease
 )
 
 // reserveStatus says how a reserve call ended, first in reserve.lua's reply.

@@ -121,8 +121,8 @@ func TestScheduleAfterAnOutagePushesOneJobForTheTicksMissed(t *testing.T) {
 	assert.Equal(t, 3, rec.all()[1].Count)
 }
 
-// TestScheduleTakeoverByAProcessStartedInTheGap: the holder and the
-// standby die; a process that started after them takes the bucket over
+// TestScheduleTakeoverByAProcessStartedInTheGap: the holder and both
+// standbys die; a process that started after them takes the bucket over
 // while an older one, without a lease, watched throughout. That is a late
 // takeover, not an outage: every tick of the gap gets its job.
 func TestScheduleTakeoverByAProcessStartedInTheGap(t *testing.T) {
@@ -133,15 +133,16 @@ func TestScheduleTakeoverByAProcessStartedInTheGap(t *testing.T) {
 	process := func(opts ...Option) *bucketHandler {
 		return newBucketHandler(newQueue(t, c, append([]Option{WithName(q.opts.name), WithBuckets(1), WithLease(time.Minute)}, opts...)...), 0)
 	}
-	holder, standby, older := process(), process(), process()
-	for _, h := range []*bucketHandler{holder, standby, older} {
+	holder, standby, second, older := process(), process(), process(), process()
+	for _, h := range []*bucketHandler{holder, standby, second, older} {
 		h.step(ctx)
 	}
-	require.Equal(t, []leaseRole{roleHolder, roleStandby, roleNone}, []leaseRole{holder.lease.role, standby.lease.role, older.lease.role})
+	require.Equal(t, []leaseRole{roleHolder, roleStandby, roleSecond, roleNone},
+		[]leaseRole{holder.lease.role, standby.lease.role, second.lease.role, older.lease.role})
 	require.NoError(t, q.Schedule(ctx, Schedule{Name: "s", Every: 10 * time.Second, Job: Job{Topic: "t"}}))
 
-	// The holder and the standby are killed: they look no more. The older
-	// process looks when the standby lease would run out, still held.
+	// The holder and both standbys are killed: they look no more. The
+	// older process looks when a standby lease would run out, still held.
 	passes(40 * time.Second)
 	older.step(ctx)
 	require.Equal(t, roleNone, older.lease.role)

@@ -5,28 +5,34 @@
 -- lease or extends its own. A lease held by another token moves nothing,
 -- but for the standby (lock.go): the caller keeps or takes the standby
 -- lease, and takes the bucket over when a job is overdue by the grace and
--- the holder has not moved for as long (a dead or frozen holder).
+-- the holder has not moved for as long (a dead or frozen holder); or, the
+-- standby lease held too, the second standby lease, and stands by in place
+-- of a standby that is late (dead or frozen, perhaps with the holder).
 -- KEYS[1] bucket zset  KEYS[2] pool hash  KEYS[3] ready-list key prefix
 -- KEYS[4] dead-letter key prefix  KEYS[5] lease lock  KEYS[6] dead topics set
 -- KEYS[7] dedup zset  KEYS[8] counts hash  KEYS[9] ready-signal key prefix
 -- KEYS[10] standby lease  KEYS[11] watched string (schedule_tick.go)
+-- KEYS[12] second standby lease
 -- ARGV[1] lease token  ARGV[2] lease ms  ARGV[3] batch size  ARGV[4] 1 for
 -- the holder's chores, else 0: delete (up to 1,000) tombstones whose dedup
--- window ended and the counts that are 0, and free the standby lease of a
--- standby that did not look when it said it would  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
+-- window ended and the counts that are 0, and free the lease of a standby
+-- (or second standby) that did not look when it said it would  ARGV[5] grace ms  ARGV[6..] topics whose jobs the
 -- holder made ready over a second ago, to look for a lost signal (below);
 -- "" for every topic with ready jobs in the bucket
 -- returns {moved, next_due_in_us or -1, flags, topic, count, topic, count,
 -- ...} with how many jobs became ready per topic, flags adding FRESH when
 -- the call took a free lease or the bucket over (not when it extended its
--- own) and VACATED when it freed the standby lease (the caller tells the
+-- own) and VACATED when it freed a standby lease (the caller tells the
 -- others), and count 0 for a topic of ARGV[6..] whose waiting job got a
 -- signal;
--- {-2, takeover_in_us or -1, lease ttl ms, topic, 0, ...} when the caller
--- is the standby, takeover_in_us being how long until the bucket's next
--- job is overdue by the grace and the holder silent as long (-1: no job),
--- with the topics of its look (below) whose waiting job got a signal;
--- {-1, standby ttl ms} when other tokens hold both leases.
+-- {-2, takeover_in_us or -1, lease ttl ms, flags, topic, 0, ...} when the
+-- caller is the standby, takeover_in_us being how long until the bucket's
+-- next job is overdue by the grace and the holder silent as long (-1: no
+-- job), flags VACATED when it left the second standby lease for the
+-- standby's, with the topics of its look (below) whose waiting job got a
+-- signal; {-3, look_in_us, 0} when the caller is the second standby, to
+-- look again then: when the standby would be late; {-1, ttl ms} when other
+-- tokens hold all three leases, ttl the sooner of the standbys' leases.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call. An ID whose job is no
@@ -34,16 +40,17 @@
 -- leaves the bucket.
 
 local bucket, pool, ready_prefix, dead_prefix, lock, dead_topics = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local sig_prefix, standby = KEYS[9], KEYS[10]
+local sig_prefix, standby, second = KEYS[9], KEYS[10], KEYS[12]
 local token, lease, batch, trim, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 
 -- The first value of the reply of a caller that does not hold the lease
 -- (a holder's is how many jobs it moved), as bucket.go reads it.
-local MOVE_NEITHER = -1 -- other tokens hold both leases
+local MOVE_NEITHER = -1 -- other tokens hold the three leases
 local MOVE_STANDBY = -2 -- the caller stands by
--- The flags of a holder's reply.
+local MOVE_SECOND = -3 -- the caller is the second standby
+-- The flags of a holder's reply (and a standby's).
 local MOVE_FRESH = 1 -- the call took a free lease or the bucket over
-local MOVE_VACATED = 2 -- the call freed the standby lease
+local MOVE_VACATED = 2 -- the call freed a standby lease
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -141,18 +148,40 @@ if seen_till and tonumber(seen_till) >= now_ms then
 end
 redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - now_ms)
 
--- A standby that has not looked STANDBY_LATE_MS after it said it would
--- (or, saying nothing, in half its lease; it renews at least every third)
--- died or froze. One whose lease is not known is left to run out.
+-- A standby (or second standby) that has not looked STANDBY_LATE_MS after
+-- it said it would (or, saying nothing, in half its lease; it renews at
+-- least every third) died or froze. One whose lease is not known is left
+-- to run out. The second standby acts on a late standby sooner: the holder
+-- may have died with it, and then nobody else looks.
 local STANDBY_LATE_MS = 1000
+local SECOND_LATE_MS = 500
+
+-- late reports whether the standby lease at key, whose value is v, is
+-- late by more than by ms.
+local function late(key, v, by)
+  local ms, look_at = lease_of(v)
+  if look_at then
+    return now_ms > look_at + by
+  end
+  return ms ~= nil and ms - redis.call('PTTL', key) > ms / 2
+end
+
+-- drop frees the lease at key when token holds it, and reports whether it did.
+local function drop(key)
+  if owner(redis.call('GET', key)) == token then
+    redis.call('DEL', key)
+    return true
+  end
+  return false
+end
+
 local holder = redis.call('GET', lock)
 local flags = 0
 if holder == false then
   redis.call('SET', lock, token .. ' ' .. lease, 'PX', lease)
-  -- A standby that takes a lease let go leaves the standby lease to
+  -- A standby that takes a lease let go leaves its standby lease to
   -- another, as one that takes the bucket over does.
-  if owner(redis.call('GET', standby)) == token then
-    redis.call('DEL', standby)
+  if drop(standby) or drop(second) then
     flags = MOVE_VACATED
   end
   flags = flags + MOVE_FRESH
@@ -161,18 +190,40 @@ elseif owner(holder) == token then
   -- A dead standby's lease goes, and another process stands by in its
   -- place, so that the bucket does not wait out that lease should its
   -- holder die next.
-  local waiting = trim == '1' and redis.call('GET', standby)
-  if waiting then
-    local ms, look_at = lease_of(waiting)
-    if (look_at and now_ms > look_at + STANDBY_LATE_MS) or (ms and not look_at and ms - redis.call('PTTL', standby) > ms / 2) then
-      redis.call('DEL', standby)
-      flags = MOVE_VACATED
+  if trim == '1' then
+    for _, key in ipairs({standby, second}) do
+      local v = redis.call('GET', key)
+      if v and late(key, v, STANDBY_LATE_MS) then
+        redis.call('DEL', key)
+        flags = MOVE_VACATED
+      end
     end
   end
 else
   local waiting = redis.call('GET', standby)
   if waiting and owner(waiting) ~= token then
-    return {MOVE_NEITHER, redis.call('PTTL', standby)}
+    local behind = redis.call('GET', second)
+    if behind and owner(behind) ~= token then
+      return {MOVE_NEITHER, math.min(redis.call('PTTL', standby), redis.call('PTTL', second))}
+    end
+    if not late(standby, waiting, SECOND_LATE_MS) then
+      -- The second standby looks again when the standby would be late,
+      -- and at least every third of its lease.
+      local _, look_at = lease_of(waiting)
+      local wait_ms = math.floor(lease / 3)
+      if look_at then
+        wait_ms = math.min(wait_ms, look_at + SECOND_LATE_MS + 1 - now_ms)
+      end
+      redis.call('SET', second, token .. ' ' .. lease .. ' ' .. (now_ms + wait_ms), 'PX', lease)
+      return {MOVE_SECOND, wait_ms * 1000, 0}
+    end
+    -- The standby is late: it died or froze, perhaps with the holder.
+    -- Stand by in its place, and look at the holder now.
+    redis.call('DEL', standby)
+  end
+  -- One that comes to stand by leaves the second standby lease to another.
+  if owner(waiting) ~= token and drop(second) then
+    flags = MOVE_VACATED
   end
   local ttl = redis.call('PTTL', lock)
   local first = earliest(bucket)
@@ -181,10 +232,10 @@ else
   -- least every third of its lease (handler.go).
   local out, wait_ms = nil, math.floor(lease / 3)
   if first == nil then
-    out = {MOVE_STANDBY, -1, ttl}
+    out = {MOVE_STANDBY, -1, ttl, flags}
   elseif first > now_ms - grace or silent < grace then
     local until_ms = math.max(first + grace - now_ms, grace - silent, 0)
-    out, wait_ms = {MOVE_STANDBY, until_ms * 1000, ttl}, math.min(wait_ms, until_ms)
+    out, wait_ms = {MOVE_STANDBY, until_ms * 1000, ttl, flags}, math.min(wait_ms, until_ms)
   end
   if out then
     redis.call('SET', standby, token .. ' ' .. lease .. ' ' .. (now_ms + wait_ms), 'PX', lease)

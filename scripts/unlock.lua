@@ -2,8 +2,8 @@
 --#include lease
 -- unlock.lua: give up a bucket's leases that the caller holds: the lease
 -- (and then tell the standby, which takes the bucket over at once) and the
--- standby lease.
--- KEYS[1] lease lock  KEYS[2] standby lease
+-- standby leases.
+-- KEYS[1] lease lock  KEYS[2] standby lease  KEYS[3] second standby lease
 -- ARGV[1] lease token  ARGV[2] wake channel  ARGV[3] publish command
 -- returns 1 when the lease was released, 0 when this token did not hold it
 
@@ -11,8 +11,10 @@
 local UNLOCK_RELEASED = 1
 local UNLOCK_NOT_HELD = 0
 
-if owner(redis.call('GET', KEYS[2])) == ARGV[1] then
-  redis.call('DEL', KEYS[2])
+for i = 2, 3 do
+  if owner(redis.call('GET', KEYS[i])) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+  end
 end
 local holder = redis.call('GET', KEYS[1])
 if owner(holder) ~= ARGV[1] then
