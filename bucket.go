@@ -23,7 +23,7 @@ type moveResult struct {
 	// second standby, how long until it looks whether the standby is late.
 	next time.Duration
 	// wait is, for the standby, how long the holder's lease has to run;
-	// for neither, the sooner of the standby leases'.
+	// for none, the second standby's.
 	wait time.Duration
 	// fresh is set when the call took a free lease or the bucket over,
 	// rather than extending its own.

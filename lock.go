@@ -40,8 +40,9 @@ import (
 //     call takes the bucket over if the holder is silent too: holder and
 //     standby dying together (two processes on one machine) cost the due
 //     jobs about a second, not the rest of the standby's lease;
-//   - the others try again when a standby lease would run out, or when
-//     told that one is free (contended, and "standby:<b>" on the control
+//   - the others try again when the second standby lease would run out
+//     (the standby's place goes to the second standby), or when told that
+//     one is free (contended, and "standby:<b>" on the control
 //     channel, from the process that freed it);
 //   - unlock.lua gives all three up at Close, and publishes "free" on the
 //     bucket's wake channel, which wakes the standby: it takes the bucket
@@ -76,9 +77,9 @@ type bucketLease struct {
 	role  leaseRole // as the last move said
 }
 
-// contended records that other processes hold the three leases, a
-// standby's for wait more, and returns when to try again: when that lease
-// would run out, unless renewed, with jitter so that contenders do not try in step.
+// contended records that other processes hold the three leases, the
+// second standby's for wait more, and returns when to try again: when that
+// lease would run out, unless renewed, with jitter so that contenders do not try in step.
 // A vacancy wakes the bucket handler earlier.
 func (l *bucketLease) contended(wait, lease time.Duration) time.Duration {
 	l.role = roleNone

@@ -32,7 +32,7 @@
 -- standby's, with the topics of its look (below) whose waiting job got a
 -- signal; {-3, look_in_us, 0} when the caller is the second standby, to
 -- look again then: when the standby would be late; {-1, ttl ms} when other
--- tokens hold all three leases, ttl the sooner of the standbys' leases.
+-- tokens hold all three leases, ttl the second standby's.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call. An ID whose job is no
@@ -204,7 +204,9 @@ else
   if waiting and owner(waiting) ~= token then
     local behind = redis.call('GET', second)
     if behind and owner(behind) ~= token then
-      return {MOVE_NEITHER, math.min(redis.call('PTTL', standby), redis.call('PTTL', second))}
+      -- The others come when the second standby's lease would run out: a
+      -- late standby's place goes to the second standby, which says so.
+      return {MOVE_NEITHER, redis.call('PTTL', second)}
     end
     if not late(standby, waiting, SECOND_LATE_MS) then
       -- The second standby looks again when the standby would be late,
