@@ -285,8 +285,7 @@ func (h *bucketHandler) listen() {
 // sleep waits for wait, or less when woken for an earlier due job (the
 // standby: that plus the grace), for a freed lease (the standby, and those
 // without a role), or for a vacant standby lease (the second standby, and
-// those without a role). It
-// returns false when ctx ends.
+// those without a role). It returns false when ctx ends.
 func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
 	if ctx.Err() != nil {
 		return false
