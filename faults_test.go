@@ -450,7 +450,7 @@ func faultTogether(t *testing.T, sig syscall.Signal, ahead bool, name string) {
 	s := redistest.Start(t)
 	c := s.Client(t)
 	queue := uniqueName(t)
-	const lease = 10 * time.Second
+	const lease = 20 * time.Second
 	env := []string{"DQ_LEASE=" + lease.String()}
 	var late lateness
 	q := newQueue(t, c, WithName(queue), WithLease(lease), WithObserver(&late))
@@ -461,8 +461,10 @@ func faultTogether(t *testing.T, sig syscall.Signal, ahead bool, name string) {
 		})
 	}
 	var ids []string
+	due := time.Now().Add(time.Second)
 	if ahead {
-		ids = push(time.Now().Add(5 * time.Second))
+		due = time.Now().Add(8 * time.Second) // after the set-up, before the leases would run out
+		ids = push(due)
 	}
 	lock := func(bk bucketKeys) string { return bk.lock }
 	standby := func(bk bucketKeys) string { return bk.standby }
@@ -479,8 +481,10 @@ func faultTogether(t *testing.T, sig syscall.Signal, ahead bool, name string) {
 	require.Eventually(t, func() bool { return ownsAll(q, leaseOwners(c, q, second)) },
 		10*time.Second, time.Millisecond, "this process is the second standby of every bucket")
 	if !ahead {
-		ids = push(time.Now().Add(time.Second))
+		due = time.Now().Add(time.Second)
+		ids = push(due)
 	}
+	require.True(t, time.Now().Before(due), "set up before the jobs fall due: else the holder moves them")
 	for _, ch := range children {
 		ch.signal(t, sig)
 		if sig == syscall.SIGSTOP {

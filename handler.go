@@ -23,7 +23,7 @@ type bucketHandler struct {
 	wakeAt time.Time // the earliest wake-up asked for since the last look
 	free   bool      // the lease holder released the lease
 	tickAt time.Time // when to look at the bucket's schedules (schedule_tick.go); zero: at once
-	vacant bool      // the standby lease is free
+	vacant bool      // a standby lease is free
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
 	failures  int                  // consecutive Redis errors
@@ -98,7 +98,7 @@ func (h *bucketHandler) leaseFreed() {
 	h.signal()
 }
 
-// standbyVacant tells the bucket handler that the standby lease is free.
+// standbyVacant tells the bucket handler that a standby lease is free.
 func (h *bucketHandler) standbyVacant() {
 	h.mu.Lock()
 	h.vacant = true
@@ -186,7 +186,7 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		return h.lease.contended(res.wait, h.q.opts.lease)
 	case roleSecond:
 		h.lease.role = roleSecond
-		return res.next
+		return max(res.next, time.Millisecond)
 	case roleStandby:
 		h.lease.role = roleStandby
 		h.listen()

@@ -36,10 +36,12 @@ import (
 //     bucket would wait for the dead standby's lease to run out;
 //   - the second standby looks when the standby would be half a second
 //     late (and at least every renewWithin), and renews its lease so. It
-//     stands by in place of a standby that is that late, and in the same
-//     call takes the bucket over if the holder is silent too: holder and
-//     standby dying together (two processes on one machine) cost the due
-//     jobs about a second, not the rest of the standby's lease;
+//     stands by in place of a standby that is that late while a job is
+//     overdue by takeoverGrace and the holder silent as long, and then
+//     takes the bucket over in the same call: holder and standby dying
+//     together (two processes on one machine) cost the due jobs under a
+//     second, not the rest of the standby's lease. While the holder moves,
+//     it waits until the standby is a second late, as the holder would;
 //   - the others try again when the second standby lease would run out
 //     (the standby's place goes to the second standby), or when told that
 //     one is free (contended, and "standby:<b>" on the control
@@ -61,7 +63,7 @@ const takeoverGrace = 300 * time.Millisecond
 type leaseRole int
 
 const (
-	roleNone    leaseRole = iota // another holds the lease, and another stands by
+	roleNone    leaseRole = iota // others hold the lease and both standby leases
 	roleHolder                   // it holds the lease, and moves the bucket's jobs
 	roleStandby                  // it stands by, to take the bucket over
 	roleSecond                   // it stands by to take the standby's place

@@ -16,7 +16,7 @@ import (
 
 func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	ctx := context.Background()
-	q, _, c, _, id := dueUnderAnother(t)
+	q, m, c, _, id := dueUnderAnother(t)
 	bk := q.keys.bucket(0)
 
 	res, err := q.moveDue(ctx, 0, "mine", false)
@@ -32,6 +32,7 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("mine %d %d", q.opts.lease.Milliseconds(), time.UnixMilli(1_700_000_001_000).Add(takeoverGrace).UnixMilli()), standby,
 		"the token, its lease, and when it looks again: once the job is overdue by the grace")
 
+	m.FastForward(time.Second)
 	res, err = q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
 	assert.Equal(t, roleSecond, res.role, "a free second standby lease is taken")
@@ -39,11 +40,12 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	res, err = q.moveDue(ctx, 0, "fourth", false)
 	require.NoError(t, err)
 	assert.Equal(t, roleNone, res.role, "the three leases are held")
-	assert.Greater(t, res.wait, time.Duration(0), "until a standby's would run out")
+	assert.Equal(t, c.PTTL(ctx, bk.second).Val(), res.wait, "until the second standby's would run out")
 	ok, err := q.unlock(ctx, 0, "third")
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assert.Zero(t, c.Exists(ctx, bk.second).Val(), "the second standby gives up its lease")
+	assert.Equal(t, int64(1), c.Exists(ctx, bk.standby).Val(), "and only its own")
 
 	ok, err = q.unlock(ctx, 0, "mine")
 	require.NoError(t, err)
@@ -114,16 +116,25 @@ func TestTheStandbyLooksAgainWhenItCouldTakeOver(t *testing.T) {
 // otherwise nobody stands by until the standby lease runs out.
 func TestAStandbyThatTakesALeaseLetGoFreesTheStandbyLease(t *testing.T) {
 	ctx := context.Background()
-	q, _, c, _ := clockQueue(t)
-	bk := q.keys.bucket(0)
-	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
-	res, err := q.moveDue(ctx, 0, "mine", false)
-	require.NoError(t, err)
-	require.Equal(t, roleStandby, res.role)
-	require.NoError(t, c.Del(ctx, bk.lock).Err()) // the holder let go
-	res, err = q.moveDue(ctx, 0, "mine", false)
-	require.NoError(t, err)
-	assertStandbyFreed(t, q, c, res, false)
+	for _, second := range []bool{false, true} {
+		t.Run(fmt.Sprintf("second standby %v", second), func(t *testing.T) {
+			q, _, c, _ := clockQueue(t)
+			bk := q.keys.bucket(0)
+			require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+			role := roleStandby
+			if second {
+				require.NoError(t, c.Set(ctx, bk.standby, "standby 30000 1700000010000", 30*time.Second).Err())
+				role = roleSecond
+			}
+			res, err := q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			require.Equal(t, role, res.role)
+			require.NoError(t, c.Del(ctx, bk.lock).Err()) // the holder let go
+			res, err = q.moveDue(ctx, 0, "mine", false)
+			require.NoError(t, err)
+			assertStandbyFreed(t, q, c, res, second)
+		})
+	}
 }
 
 // dueUnderAnother is clockQueue with a job, id, due now in its one
@@ -172,11 +183,11 @@ func assertStandbyFreed(t *testing.T, q *DelayQueue, c *redis.Client, res moveRe
 // froze), and says so: another process stands by at once, not when the
 // dead standby's lease runs out. A standby lease that gives its lease but
 // no next look is freed after half its lease of silence. So goes a second
-// standby's lease, beside a standby's that is kept.
+// standby's lease; the other, looking, is kept.
 func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 	ctx := context.Background()
 	start := time.UnixMilli(1_700_000_000_000) // clockQueue's clock
-	healthy := "standby 60000 " + strconv.FormatInt(start.Add(time.Hour).UnixMilli(), 10)
+	healthy := "looking 60000 " + strconv.FormatInt(start.Add(time.Hour).UnixMilli(), 10)
 	for _, tc := range []struct {
 		name, standby string
 		lease         time.Duration // the standby's
@@ -194,11 +205,11 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 					pass = m.FastForward
 				}
 				bk := q.keys.bucket(0)
-				key := bk.standby
+				key, kept := bk.standby, bk.second
 				if second {
-					key = bk.second
-					require.NoError(t, c.Set(ctx, bk.standby, healthy, time.Hour).Err())
+					key, kept = bk.second, bk.standby
 				}
+				require.NoError(t, c.Set(ctx, kept, healthy, time.Hour).Err())
 				require.NoError(t, c.Set(ctx, key, tc.standby, tc.lease).Err())
 
 				pass(tc.late)
@@ -217,9 +228,7 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 				res, err = q.moveDue(ctx, 0, "mine", true)
 				require.NoError(t, err)
 				assert.False(t, res.vacated, "one that just looked is kept")
-				if second {
-					assert.Equal(t, healthy, c.Get(ctx, bk.standby).Val(), "the standby's lease is kept")
-				}
+				assert.Equal(t, healthy, c.Get(ctx, kept).Val(), "the other, looking, is kept")
 			})
 		}
 	}
@@ -227,7 +236,8 @@ func TestTheHolderFreesTheLeaseOfASilentStandby(t *testing.T) {
 
 // A standby lease of an older version holds its token alone: its lease is
 // not known, so the holder cannot tell how long it has been silent, and
-// leaves it to run out rather than free a healthy standby again and again.
+// leaves it to run out rather than free a healthy standby again and again;
+// so does a second standby.
 func TestTheHolderLeavesAStandbyLeaseWithoutItsLease(t *testing.T) {
 	ctx := context.Background()
 	q, m, c, _ := heldQueue(t)
@@ -237,20 +247,31 @@ func TestTheHolderLeavesAStandbyLeaseWithoutItsLease(t *testing.T) {
 	res, err := q.moveDue(ctx, 0, "mine", true)
 	require.NoError(t, err)
 	assert.False(t, res.vacated)
+	res, err = q.moveDue(ctx, 0, "third", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleSecond, res.role, "nor does the second standby stand in for it")
 	assert.Equal(t, "other", c.Get(ctx, bk.standby).Val(), "left to run out")
 }
 
 // The second standby looks when the standby would be half a second late,
-// and stands by in the place of one that is: it says so, for another to
-// become the second standby. When the holder is silent too (both died
-// together), it takes the bucket over in the same call.
+// and stands by in the place of one that is, when the bucket needs it (a
+// job overdue by the grace, and the holder silent as long: both died
+// together), taking the bucket over in the same call; while the holder
+// moves, it waits until the standby is a second late, as the holder
+// would. Either way it says so, for another to become the second standby.
 func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
 	ctx := context.Background()
 	for _, holderAlive := range []bool{true, false} {
 		t.Run(fmt.Sprintf("holder alive %v", holderAlive), func(t *testing.T) {
 			q, m, c, advance, id := dueUnderAnother(t)
-			passes := func(d time.Duration) { advance(d); m.FastForward(d) }
 			bk := q.keys.bucket(0)
+			passes := func(d time.Duration) {
+				advance(d)
+				m.FastForward(d)
+				if holderAlive {
+					require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+				}
+			}
 			res, err := q.moveDue(ctx, 0, "standby", false)
 			require.NoError(t, err)
 			require.Equal(t, roleStandby, res.role)
@@ -262,9 +283,6 @@ func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
 				"the token, its lease, and when it looks again")
 
 			passes(takeoverGrace + 500*time.Millisecond)
-			if holderAlive {
-				require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
-			}
 			res, err = q.moveDue(ctx, 0, "mine", false)
 			require.NoError(t, err)
 			assert.Equal(t, roleSecond, res.role, "not yet late")
@@ -272,7 +290,11 @@ func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
 
 			passes(time.Millisecond)
 			if holderAlive {
-				require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
+				res, err = q.moveDue(ctx, 0, "mine", false)
+				require.NoError(t, err)
+				assert.Equal(t, roleSecond, res.role, "the holder moves: not pushed out yet")
+				assert.Equal(t, 500*time.Millisecond, res.next, "until the standby is a second late")
+				passes(res.next)
 			}
 			res, err = q.moveDue(ctx, 0, "mine", false)
 			require.NoError(t, err)
@@ -296,6 +318,46 @@ func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
 			assert.Equal(t, StateReady, job.State)
 		})
 	}
+}
+
+// A bucket handler that takes the standby's place announces the second
+// standby lease it leaves, and a second standby's handler wakes for a
+// vacancy: the three roles refill without waiting out a lease.
+func TestTheSecondStandbysHandlerAnnouncesAndWakes(t *testing.T) {
+	ctx := context.Background()
+	q, m, c, advance := clockQueue(t)
+	process := func() *bucketHandler {
+		return newBucketHandler(newQueue(t, c, WithName(q.opts.name), WithBuckets(1)), 0)
+	}
+	holder, standby, second := process(), process(), process()
+	for _, h := range []*bucketHandler{holder, standby, second} {
+		h.step(ctx)
+	}
+	require.Equal(t, []leaseRole{roleHolder, roleStandby, roleSecond}, []leaseRole{holder.lease.role, standby.lease.role, second.lease.role})
+
+	woke := make(chan bool)
+	go func() {
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		woke <- second.sleep(ctx, timer, time.Hour)
+	}()
+	second.standbyVacant()
+	assert.True(t, <-woke, "a vacancy wakes the second standby")
+
+	sub := c.Subscribe(ctx, q.keys.control())
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx) // the confirmation
+	require.NoError(t, err)
+	// The standby dies, and misses its look by over a second.
+	passes := func(d time.Duration) { advance(d); m.FastForward(d) }
+	passes(q.opts.lease/3 + time.Second + time.Millisecond)
+	second.step(ctx)
+	require.Equal(t, roleStandby, second.lease.role, "in the dead standby's place")
+	wait, cancel := context.WithTimeout(ctx, time.Minute) // a guard: without the announcement, fail rather than hang
+	defer cancel()
+	msg, err := sub.ReceiveMessage(wait)
+	require.NoError(t, err)
+	assert.Equal(t, controlStandby+"0", msg.Payload, "the second standby lease it left is announced")
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {

@@ -146,7 +146,7 @@ func TestScheduleTakeoverByAProcessStartedInTheGap(t *testing.T) {
 	passes(40 * time.Second)
 	older.step(ctx)
 	require.Equal(t, roleNone, older.lease.role)
-	passes(40 * time.Second) // both leases ran out
+	passes(40 * time.Second) // the three leases ran out
 	fresh := process(WithObserver(rec))
 	fresh.step(ctx)
 	require.Equal(t, roleHolder, fresh.lease.role, "the new process took the bucket over")

@@ -159,7 +159,7 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 // Control messages.
 const (
 	controlResume  = "resume:"  // and a topic: it was resumed
-	controlStandby = "standby:" // and a bucket: its standby lease is free
+	controlStandby = "standby:" // and a bucket: a standby lease of it is free
 	controlLimits  = "limits:"  // and a topic: its limits changed
 )
 
@@ -171,7 +171,7 @@ func (q *DelayQueue) control(msg string) {
 	if msg == "" {
 		// Whatever was said while not subscribed: a paused topic looks
 		// again (its resume may be lost), a handler without a role tries
-		// for the standby lease.
+		// for a standby lease.
 		if w != nil {
 			w.resumePaused()
 		}

@@ -31,7 +31,8 @@
 -- job), flags VACATED when it left the second standby lease for the
 -- standby's, with the topics of its look (below) whose waiting job got a
 -- signal; {-3, look_in_us, 0} when the caller is the second standby, to
--- look again then: when the standby would be late; {-1, ttl ms} when other
+-- look again then: when the standby would be late, and at least every
+-- third of the lease; {-1, ttl ms} when other
 -- tokens hold all three leases, ttl the second standby's.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
@@ -201,20 +202,37 @@ elseif owner(holder) == token then
   end
 else
   local waiting = redis.call('GET', standby)
-  if waiting and owner(waiting) ~= token then
+  local mine = owner(waiting) == token -- the caller stands by
+  local other = waiting and not mine -- another does
+  if other then
     local behind = redis.call('GET', second)
     if behind and owner(behind) ~= token then
       -- The others come when the second standby's lease would run out: a
       -- late standby's place goes to the second standby, which says so.
       return {MOVE_NEITHER, redis.call('PTTL', second)}
     end
-    if not late(standby, waiting, SECOND_LATE_MS) then
-      -- The second standby looks again when the standby would be late,
-      -- and at least every third of its lease.
+  end
+  local ttl = redis.call('PTTL', lock)
+  local first = earliest(bucket)
+  local silent = (lease_of(holder) or lease) - ttl
+  if other then
+    -- The second standby stands in for a standby half a second late when
+    -- the bucket needs it now (a job overdue by the grace, the holder
+    -- silent as long: both may have died together), and a second late
+    -- otherwise, as the holder would: a slow standby is not pushed out
+    -- while the holder moves.
+    local urgent = first ~= nil and first <= now_ms - grace and silent >= grace
+    if not late(standby, waiting, urgent and SECOND_LATE_MS or STANDBY_LATE_MS) then
+      -- It looks again when the standby would be late, and at least
+      -- every third of its lease.
       local _, look_at = lease_of(waiting)
       local wait_ms = math.floor(lease / 3)
       if look_at then
-        wait_ms = math.min(wait_ms, look_at + SECOND_LATE_MS + 1 - now_ms)
+        local at = look_at + SECOND_LATE_MS + 1
+        if at <= now_ms then
+          at = look_at + STANDBY_LATE_MS + 1
+        end
+        wait_ms = math.min(wait_ms, at - now_ms)
       end
       redis.call('SET', second, token .. ' ' .. lease .. ' ' .. (now_ms + wait_ms), 'PX', lease)
       return {MOVE_SECOND, wait_ms * 1000, 0}
@@ -224,12 +242,9 @@ else
     redis.call('DEL', standby)
   end
   -- One that comes to stand by leaves the second standby lease to another.
-  if owner(waiting) ~= token and drop(second) then
+  if not mine and drop(second) then
     flags = MOVE_VACATED
   end
-  local ttl = redis.call('PTTL', lock)
-  local first = earliest(bucket)
-  local silent = (lease_of(holder) or lease) - ttl
   -- The standby looks again when it could take the bucket over, and at
   -- least every third of its lease (handler.go).
   local out, wait_ms = nil, math.floor(lease / 3)
