@@ -32,8 +32,8 @@
 -- standby's, with the topics of its look (below) whose waiting job got a
 -- signal; {-3, look_in_us, 0} when the caller is the second standby, to
 -- look again then: when the standby would be late, and at least every
--- third of the lease; {-1, ttl ms} when other
--- tokens hold all three leases, ttl the second standby's.
+-- third of the lease; {-1, ttl ms} when other tokens hold all three
+-- leases, ttl the second standby's.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:
 -- every moved ID leaves the bucket in the same call. An ID whose job is no
@@ -152,8 +152,9 @@ redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - no
 -- A standby (or second standby) that has not looked STANDBY_LATE_MS after
 -- it said it would (or, saying nothing, in half its lease; it renews at
 -- least every third) died or froze. One whose lease is not known is left
--- to run out. The second standby acts on a late standby sooner: the holder
--- may have died with it, and then nobody else looks.
+-- to run out. The second standby acts on a late standby sooner when the
+-- holder is silent too: it may have died with the standby, and then
+-- nobody else looks.
 local STANDBY_LATE_MS = 1000
 local SECOND_LATE_MS = 500
 
