@@ -81,8 +81,8 @@ type bucketLease struct {
 
 // contended records that other processes hold the three leases, the
 // second standby's for wait more, and returns when to try again: when that
-// lease would run out, unless renewed, with jitter so that contenders do not try in step.
-// A vacancy wakes the bucket handler earlier.
+// lease would run out, unless renewed, with jitter so that contenders do
+// not try in step. A vacancy wakes the bucket handler earlier.
 func (l *bucketLease) contended(wait, lease time.Duration) time.Duration {
 	l.role = roleNone
 	return wait + rand.N(lease/10+time.Millisecond)

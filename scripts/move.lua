@@ -205,8 +205,8 @@ else
   local waiting = redis.call('GET', standby)
   local mine = owner(waiting) == token -- the caller stands by
   local other = waiting and not mine -- another does
+  local behind = not mine and redis.call('GET', second) -- read once, for both uses below
   if other then
-    local behind = redis.call('GET', second)
     if behind and owner(behind) ~= token then
       -- The others come when the second standby's lease would run out: a
       -- late standby's place goes to the second standby, which says so.
@@ -243,7 +243,8 @@ else
     redis.call('DEL', standby)
   end
   -- One that comes to stand by leaves the second standby lease to another.
-  if not mine and drop(second) then
+  if not mine and owner(behind) == token then
+    redis.call('DEL', second)
     flags = MOVE_VACATED
   end
   -- The standby looks again when it could take the bucket over, and at
