@@ -427,16 +427,11 @@ func TestAReserveSentAgainBindsEachJobTheGrantRecordedForIt(t *testing.T) {
 		first := pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
 		second := pushed(t, a, &Job{Topic: "t", TTR: time.Hour})
 		fired, release := d.LoseNextReplyThenHold(loadedScript(t, a, scriptReserve))
-		popped := make(chan []*Job, 1)
-		go func() {
-			jobs, err := a.pop(ctx, "t", 2, 0)
-			assert.NoError(t, err)
-			popped <- jobs
-		}()
+		popped := popLater(a, 2)
 		require.Eventually(t, fired, time.Minute, time.Millisecond, "the first run reserves both jobs")
 		require.NoError(t, b.Remove(ctx, first), "settled elsewhere before the call is sent again")
 		release()
-		jobs := <-popped
+		jobs := (<-popped).jobs(t)
 		require.Len(t, jobs, 1)
 		assert.Equal(t, second, jobs[0].ID)
 		running := func() int {
@@ -466,12 +461,7 @@ func TestAPopAfterAReserveSentAgainReservesNoMoreThanItsGrants(t *testing.T) {
 			in[bucketOf(id, 2)] = append(in[bucketOf(id, 2)], id)
 		}
 		fired, release := d.LoseNextReplyThenHold(loadedScript(t, a, scriptReserve))
-		popped := make(chan []*Job, 1)
-		go func() {
-			jobs, err := a.pop(ctx, "t", 3, 0) // looks at one bucket, then the other
-			assert.NoError(t, err)
-			popped <- jobs
-		}()
+		popped := popLater(a, 3) // looks at one bucket, then the other
 		require.Eventually(t, fired, time.Minute, time.Millisecond, "the first look reserves three jobs of a bucket")
 		var first string
 		for _, ids := range in {
@@ -484,8 +474,7 @@ func TestAPopAfterAReserveSentAgainReservesNoMoreThanItsGrants(t *testing.T) {
 		require.NotEmpty(t, first)
 		require.NoError(t, b.Remove(ctx, first), "settled elsewhere before the call is sent again")
 		release()
-		jobs := <-popped
-		require.Len(t, jobs, 2, "no job for the place that went with the removed job")
+		require.Len(t, (<-popped).jobs(t), 2, "no job for the place that went with the removed job")
 		u, err := b.limitUsage(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 2, u["t"].Running, "each job held counts")
@@ -537,6 +526,29 @@ func TestAHandOnWhoseNextJobWasSettledElsewhereGivesItsGrantBack(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, u["t"].Running, "the slot is free")
 	}, resentByTheQueue)
+}
+
+// popped is what a pop in the background got.
+type popped struct {
+	got []*Job
+	err error
+}
+
+func (p popped) jobs(t *testing.T) []*Job {
+	t.Helper()
+	require.NoError(t, p.err)
+	return p.got
+}
+
+// popLater pops up to n jobs of topic t in the background; the test body
+// asserts on what arrives, so a failure shows where it happened.
+func popLater(q *DelayQueue, n int) <-chan popped {
+	done := make(chan popped, 1)
+	go func() {
+		jobs, err := q.pop(context.Background(), "t", n, 0)
+		done <- popped{jobs, err}
+	}()
+	return done
 }
 
 // resentByTheQueue sets a client up for LoseNextReplyThenHold: the queue,

@@ -36,20 +36,26 @@ const (
 type rule struct {
 	kind  kind
 	match string
-	used  bool          // loseReply, loseThenHold: it fired
+	used  bool          // loseReply, loseThenHold: the command was sent
+	ran   bool          // loseReply, loseThenHold: its reply came, and was thrown away
 	gate  chan struct{} // hold, loseThenHold: closed to let commands through
 }
 
 // LoseNextReply makes the next command that contains match run on the
 // server while its reply is lost: the client's read fails with a timeout,
 // as after a network hiccup, and go-redis sends the command again on
-// another connection. It reports, once fired, through the returned func.
+// another connection. It reports, once fired, through the returned func:
+// fired means the command ran, for its reply came (and was thrown away).
 func (d *Dialer) LoseNextReply(match string) (fired func() bool) {
-	r := d.add(&rule{kind: loseReply, match: strings.ToLower(match)})
+	return d.ran(d.add(&rule{kind: loseReply, match: strings.ToLower(match)}))
+}
+
+// ran reports whether a rule's lost reply came.
+func (d *Dialer) ran(r *rule) func() bool {
 	return func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return r.used
+		return r.ran
 	}
 }
 
@@ -67,13 +73,7 @@ func (d *Dialer) Stall(match string) {
 func (d *Dialer) LoseNextReplyThenHold(match string) (fired func() bool, release func()) {
 	r := d.add(&rule{kind: loseThenHold, match: strings.ToLower(match), gate: make(chan struct{})})
 	var once sync.Once
-	return func() bool {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			return r.used
-		}, func() {
-			once.Do(func() { close(r.gate) })
-		}
+	return d.ran(r), func() { once.Do(func() { close(r.gate) }) }
 }
 
 // Hold makes commands containing match wait before they are sent, until
@@ -128,7 +128,8 @@ type conn struct {
 	deadline time.Time // for reads
 	wdl      time.Time // for writes
 	mute     bool      // reads wait for their deadline and time out
-	lose     bool      // reads time out at once: the reply is lost
+	lose     *rule     // the first read takes the reply and throws it away
+	lost     bool      // it did: reads time out at once
 }
 
 func (c *conn) Write(p []byte) (int, error) {
@@ -144,7 +145,7 @@ func (c *conn) Write(p []byte) (int, error) {
 			if !r.used {
 				r.used = true
 				c.mu.Lock()
-				c.lose = true
+				c.lose = r
 				c.mu.Unlock()
 			}
 		case stall:
@@ -160,7 +161,7 @@ func (c *conn) Write(p []byte) (int, error) {
 			}
 			r.used = true
 			c.mu.Lock()
-			c.lose = true
+			c.lose = r
 			c.mu.Unlock()
 		}
 	}
@@ -184,10 +185,22 @@ func (c *conn) Write(p []byte) (int, error) {
 
 func (c *conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
-	lose, mute, deadline := c.lose, c.mute, c.deadline
+	lose, lost, mute, deadline := c.lose, c.lost, c.mute, c.deadline
+	c.lost = lose != nil
 	c.mu.Unlock()
 	switch {
-	case lose:
+	case lost:
+		return 0, os.ErrDeadlineExceeded
+	case lose != nil:
+		// The reply's first bytes say the command ran; whatever the
+		// client's deadline, the test waits for that.
+		_ = c.Conn.SetReadDeadline(time.Time{})
+		if _, err := c.Conn.Read(p); err != nil {
+			return 0, err
+		}
+		c.d.mu.Lock()
+		lose.ran = true
+		c.d.mu.Unlock()
 		return 0, os.ErrDeadlineExceeded
 	case mute:
 		select {
