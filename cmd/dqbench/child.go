@@ -48,9 +48,8 @@ type design interface {
 	// says.
 	push(ctx context.Context, body []byte, due int64, how dueKind) error
 	// consume takes jobs with 16 workers until ctx ends or an error,
-	// calling got for each with the server's time it was reserved (zero
-	// when the design does not say).
-	consume(ctx context.Context, got func(body []byte, reserved time.Time)) error
+	// calling got for each.
+	consume(ctx context.Context, got func(delivery)) error
 	close(ctx context.Context) error
 }
 
@@ -395,10 +394,10 @@ func (d *queue) again(ctx context.Context) bool {
 
 // consume runs 16 goroutines calling Pop and Finish, or Consume with
 // -handlers handlers (each taking -work), until ctx ends.
-func (d *queue) consume(ctx context.Context, got func(body []byte, reserved time.Time)) error {
+func (d *queue) consume(ctx context.Context, got func(delivery)) error {
 	if d.method == "consume" {
 		err := d.q.Consume(ctx, layoutTopic, func(_ context.Context, job *delayqueue.Job) error {
-			got(job.Body, job.ReservedUntil.Add(-job.TTR))
+			got(deliveryOf(job))
 			if d.work > 0 {
 				start := time.Now()
 				time.Sleep(d.work) // the work
@@ -418,9 +417,7 @@ func (d *queue) consume(ctx context.Context, got func(body []byte, reserved time
 				job, err := d.q.Pop(ctx, layoutTopic, time.Second)
 				switch {
 				case err == nil:
-					// The reservation began on the server's clock at
-					// ReservedUntil-TTR.
-					got(job.Body, job.ReservedUntil.Add(-job.TTR))
+					got(deliveryOf(job))
 					if err := d.q.Finish(ctx, job.ID); err != nil && ctx.Err() == nil {
 						if !d.endure {
 							return err
@@ -486,18 +483,30 @@ func (r *reporter) flushLoop() {
 	}
 }
 
-// record reports one delivery; reserved is the server's time the job was
-// reserved, zero when unknown.
-func (r *reporter) record(body []byte, reserved time.Time) {
+// delivery is a job as a design's consumer took it.
+type delivery struct {
+	body     []byte
+	reserved time.Time // on the server's clock; zero when the design does not say
+	attempt  int       // 1 for the first; 0 when the design does not say
+}
+
+// deliveryOf is a job the queue delivered. Its reservation began on the
+// server's clock at ReservedUntil-TTR.
+func deliveryOf(job *delayqueue.Job) delivery {
+	return delivery{body: job.Body, reserved: job.ReservedUntil.Add(-job.TTR), attempt: job.Attempts}
+}
+
+// record reports one delivery.
+func (r *reporter) record(d delivery) {
 	at := time.Now()
-	job, due, ok := r.parse(body)
+	job, due, ok := r.parse(d.body)
 	if !ok {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dueAt := time.UnixMilli(due)
-	r.buf = appendReceipt(r.buf[:0], receipt{job: job, at: at, due: dueAt, early: !reserved.IsZero() && reserved.Before(dueAt)})
+	r.buf = appendReceipt(r.buf[:0], receipt{job: job, at: at, due: dueAt, early: !d.reserved.IsZero() && d.reserved.Before(dueAt), attempt: d.attempt})
 	_, _ = r.w.Write(r.buf)
 	if r.flushEach {
 		_ = r.w.Flush()

@@ -30,7 +30,13 @@ type layoutScenario struct {
 	// lease, is killed (or frozen) mid-run; the queue alone is measured,
 	// as the baseline's one mover has no stand-in.
 	takeover bool
+	// churn: consumer processes are killed two at a time and replaced
+	// while the jobs fall due (churn.go); the queue alone is measured.
+	churn bool
 }
+
+// dqOnly reports whether the scenario measures the queue alone.
+func (s *layoutScenario) dqOnly() bool { return s.takeover || s.churn }
 
 // figureDef describes one figure of a layout scenario.
 type figureDef struct {
@@ -62,6 +68,8 @@ type outcome struct {
 	calls commandCount // from "go" to the last delivery, or the end of pushing
 	// killed is when the takeover scenario killed the lease holder.
 	killed time.Time
+	// kills is how many processes the churn scenario killed.
+	kills int
 }
 
 // designs are the two designs measured, in table order.
@@ -99,6 +107,24 @@ var layoutScenarios = []*layoutScenario{
 				wait: takeoverTTR + 5*time.Second, killAfter: 3 * time.Second}
 		},
 		figures: takeoverFigures,
+	},
+	{
+		id: "c", title: "workers killed two at a time", consumers: true, churn: true,
+		figs: []figureDef{
+			{name: "lateness p50, first attempt", unit: "ms", dqOnly: true},
+			{name: "lateness p99, first attempt", unit: "ms", dqOnly: true},
+			{name: "lateness max, first attempt", unit: "ms", dqOnly: true},
+			{name: "delivered first after a TTR (held by a killed process)", unit: "jobs", dqOnly: true},
+			{name: "early, server clock", unit: "jobs", dqOnly: true},
+			{name: "missing", unit: "jobs", dqOnly: true},
+			{name: "delivered again", unit: "jobs", dqOnly: true},
+			{name: "processes killed", dqOnly: true},
+		},
+		params: func(b *bench) layoutParams {
+			return layoutParams{jobs: 15_000, due: dueAt, margin: 3 * time.Second, spread: b.cSpread,
+				wait: takeoverTTR + 10*time.Second, killAfter: time.Second}
+		},
+		figures: churnFigures,
 	},
 	{
 		id: "e", title: "end to end, due now", consumers: true,
@@ -188,6 +214,9 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	if s.takeover && (topology != "multi" || b.consumers < 2) {
 		return nil, fmt.Errorf("%s: needs -topology multi and -consumers 2 or more", s.id)
 	}
+	if s.churn && (topology != "multi" || b.consumers < 4) {
+		return nil, fmt.Errorf("%s: needs -topology multi and -consumers 4 or more", s.id)
+	}
 	got := newReceipts(prm.jobs)
 	f := newFleet(got)
 	defer f.kill()
@@ -206,15 +235,16 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 		if b.callerIDs {
 			args = append(args, "-caller-ids")
 		}
-		if s.takeover {
+		if s.dqOnly() {
 			args = append(args, "-ttr", takeoverTTR.String())
 		}
 	}
-	if s.takeover {
-		args = append(args, "-flush-each") // the killed process's receipts too
+	if s.dqOnly() {
+		args = append(args, "-flush-each") // the killed processes' receipts too
 	}
 	var pusher *proc
 	var err error
+	consumerArgs := append(slices.Clip(args), "-start=true")
 	switch {
 	case !s.consumers:
 		pusher, err = f.start("producer", "producer", args...)
@@ -267,19 +297,36 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 		defer t.Stop()
 		killAt = t.C
 	}
+	signal := func(p *proc) error { return p.cmd.Process.Signal(b.killSignal) }
+	var churn *churner
+	var strike <-chan time.Time
+	var restart <-chan string
+	if s.churn {
+		churn = newChurner(f, consumerArgs, signal, base.Add(prm.killAfter), base.Add(prm.spread-5*time.Second))
+		defer churn.stop()
+		strike, restart = churn.next.C, churn.restarts
+	}
 wait:
 	for {
 		select {
 		case <-killAt:
 			victim, killed = f.procs[0], time.Now()
-			if err := victim.cmd.Process.Signal(b.killSignal); err != nil {
+			if err := signal(victim); err != nil {
 				return nil, fmt.Errorf("signal %s: %w", victim.name, err)
+			}
+		case <-strike:
+			if err := churn.strike(); err != nil {
+				return nil, err
+			}
+		case name := <-restart:
+			if err := churn.restart(name); err != nil {
+				return nil, err
 			}
 		case <-all:
 			break wait
 		case p := <-f.exited:
 			switch {
-			case p == victim:
+			case p == victim || churn != nil && churn.victims[p]:
 				continue // its end is the scenario's
 			case p.err != nil:
 				return nil, p.err
@@ -304,6 +351,11 @@ wait:
 		<-victim.done
 		f.procs = slices.DeleteFunc(f.procs, func(p *proc) bool { return p == victim })
 	}
+	kills := 0
+	if churn != nil {
+		churn.stop()
+		kills = len(churn.victims)
+	}
 	if err := f.stop(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -311,7 +363,7 @@ wait:
 	for _, p := range f.procs {
 		results = append(results, p.result)
 	}
-	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, all: results, got: got, calls: after.sub(before), killed: killed})
+	return s.figures(&outcome{impl: impl, jobs: prm.jobs, base: base, push: pusher.result, all: results, got: got, calls: after.sub(before), killed: killed, kills: kills})
 }
 
 // layoutRuns is every run of one scenario in one topology with one
@@ -366,7 +418,7 @@ func (b *bench) runLayouts(ctx context.Context, chosen []*layoutScenario, runs i
 					order = []int{1, 0}
 				}
 				for _, k := range order {
-					if s.takeover && designs[k] != "dq" {
+					if s.dqOnly() && designs[k] != "dq" {
 						pr.figs[k] = nanFigures(len(s.figs))
 						continue
 					}

@@ -29,7 +29,7 @@ func TestJobBody(t *testing.T) {
 }
 
 func TestReceiptLine(t *testing.T) {
-	want := receipt{job: 42, at: time.UnixMicro(1_700_000_000_123_456), due: time.UnixMilli(1_700_000_000_120), early: true}
+	want := receipt{job: 42, at: time.UnixMicro(1_700_000_000_123_456), due: time.UnixMilli(1_700_000_000_120), early: true, attempt: 2}
 	line := appendReceipt(nil, want)
 	require.Equal(t, byte('\n'), line[len(line)-1])
 	got, err := parseReceipt(line[:len(line)-1])
@@ -38,6 +38,7 @@ func TestReceiptLine(t *testing.T) {
 	assert.True(t, want.at.Equal(got.at))
 	assert.True(t, want.due.Equal(got.due))
 	assert.True(t, got.early)
+	assert.Equal(t, 2, got.attempt)
 
 	_, err = parseReceipt([]byte("r 1 2"))
 	assert.Error(t, err)
@@ -63,7 +64,7 @@ func TestReceiptsCountFirstDeliveriesAndDuplicates(t *testing.T) {
 	assert.Equal(t, 3, r.total)
 	assert.Equal(t, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond}, r.lates)
 	assert.True(t, r.last.Equal(due.Add(3*time.Millisecond)))
-	assert.Error(t, r.add([]byte("r 2 0 0 0")), "job number out of range")
+	assert.Error(t, r.add([]byte("r 2 0 0 0 1")), "job number out of range")
 }
 
 func TestParseCPULine(t *testing.T) {
@@ -189,7 +190,7 @@ func TestSingleProcessDeliversEveryJob(t *testing.T) {
 func TestAReporterWritesEachReceiptOutAtOnce(t *testing.T) {
 	var buf bytes.Buffer
 	out := &reporter{w: bufio.NewWriterSize(&buf, 64<<10), flushEach: true} // no ticker
-	out.record(jobBody(7, time.Now().UnixMilli()), time.Time{})
+	out.record(delivery{body: jobBody(7, time.Now().UnixMilli())})
 	got := newReceipts(8)
 	require.NoError(t, got.add(bytes.TrimRight(buf.Bytes(), "\n")))
 	assert.Equal(t, 1, got.distinct, "written before record returned")
@@ -202,4 +203,26 @@ func TestHogRefusesASharePastTheMachine(t *testing.T) {
 		assert.Error(t, runHog([]string{strconv.FormatFloat(share, 'f', -1, 64)}), "share %v", share)
 	}
 	assert.Error(t, runHog(nil), "no share")
+}
+
+// The churn scenario's lateness is that of the jobs delivered at their
+// first attempt; a job first delivered at a later one was held by a killed
+// process and came back after its TTR, which is counted apart.
+func TestChurnFiguresSetApartTheJobsAKilledProcessHeld(t *testing.T) {
+	r := newReceipts(3)
+	due := time.UnixMilli(1_000)
+	for _, rc := range []receipt{
+		{job: 0, at: due.Add(2 * time.Millisecond), due: due, attempt: 1},
+		{job: 1, at: due.Add(5 * time.Second), due: due, attempt: 2},
+		{job: 0, at: due.Add(6 * time.Second), due: due, attempt: 2}, // again: its process was killed before it finished it
+	} {
+		require.NoError(t, r.add(bytes.TrimSuffix(appendReceipt(nil, rc), []byte("\n"))))
+	}
+	figs, err := churnFigures(&outcome{jobs: 3, got: r, kills: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []float64{2, 2, 2, 1, 0, 1, 1, 2}, figs,
+		"lateness of job 0 alone; job 1 after a TTR; job 2 missing; job 0 delivered again; two killed")
+
+	_, err = churnFigures(&outcome{jobs: 3, got: r})
+	assert.Error(t, err, "no process killed: not a churn run")
 }

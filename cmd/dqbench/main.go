@@ -16,6 +16,13 @@
 //	go run ./cmd/dqbench -only l,e,p -runs 10 -topology single,split,multi -method pop,consume
 //	go run ./cmd/dqbench -only l -hog 0.175   # beside a process keeping 17.5 % of the CPU busy
 //
+// Scenarios k (the lease holder killed) and c (workers killed two at a
+// time and replaced, as pods on a node are) run the queue alone, with
+// -topology multi:
+//
+//	go run ./cmd/dqbench -only k -topology multi -method consume -runs 3
+//	go run ./cmd/dqbench -only c -topology multi -method consume -consumers 8 -cluster
+//
 // Scenario n runs only when named too: a producer and consumer processes
 // reach Redis through a relay that cuts every connection once per -n-cut,
 // or has them all go silent (-n-stall); see cuts.go:
@@ -93,6 +100,7 @@ type bench struct {
 	cluster   bool
 	lJobs     int           // jobs in L
 	lSpread   time.Duration // L's jobs are due over this long
+	cSpread   time.Duration // C's jobs are due over this long
 	consumers int           // consumer processes in the multi topology
 	callerIDs bool          // -ids caller: L and E's jobs carry IDs of the producer's
 	// killSignal is how the takeover scenario ends the lease holder.
@@ -134,7 +142,7 @@ func (b *bench) resetStats(ctx context.Context) error {
 func run(ctx context.Context) error {
 	addr := flag.String("addr", "", "Redis address; empty starts a throwaway redis-server (the benchmark flushes the server's data)")
 	runs := flag.Int("runs", 5, "runs per scenario; figures are medians with min–max")
-	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, k, e and p, and n, lim and iw, run only when named)")
+	only := flag.String("only", "", "comma-separated scenario IDs to run (default: s1 to s8; the layout scenarios l, k, c, e and p, and n, lim and iw, run only when named)")
 	cluster := flag.Bool("cluster", false, "run on a throwaway 3-master Redis Cluster")
 	plots := flag.String("plots", "docs", "folder for the SVG charts of S2 and S6 (empty: none)")
 	flag.IntVar(&latenessJobs, "s2-jobs", latenessJobs, "jobs in S2")
@@ -147,7 +155,8 @@ func run(ctx context.Context) error {
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.IntVar(&b.consumers, "consumers", 3, "consumer processes in the multi topology")
 	ids := flag.String("ids", "generated", "IDs of L and E's jobs: generated (by the queue) or caller (the producer's own, j<n>)")
-	killWith := flag.String("k-signal", "kill", "how K ends the lease holder: kill (SIGKILL) or stop (SIGSTOP, frozen)")
+	killWith := flag.String("k-signal", "kill", "how K ends the lease holder, and C its workers: kill (SIGKILL) or stop (SIGSTOP, frozen)")
+	flag.DurationVar(&b.cSpread, "c-spread", time.Minute, "C's jobs are due at random over this long, from 3 s after pushing began; processes are killed until 5 s before its end")
 	flag.DurationVar(&b.lSpread, "l-spread", 4*time.Second, "L's jobs are due at random over this long, from 3 s after pushing began")
 	flag.StringVar(&b.observe, "observe", observeNone, "what the queues under test have attached, to measure its cost: none, or prom (dqprom's metrics, and a registry of them and the queue's gauges scraped every second)")
 	cuts := cutParams{}
@@ -222,6 +231,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-k-signal %q: kill or stop", *killWith)
 	case b.lSpread < time.Millisecond:
 		return fmt.Errorf("-l-spread %v: at least 1ms", b.lSpread)
+	case b.cSpread < 10*time.Second:
+		return fmt.Errorf("-c-spread %v: at least 10s", b.cSpread)
 	case b.observe != observeNone && b.observe != observeProm:
 		return fmt.Errorf("-observe %q: none or prom", b.observe)
 	case cuts.jobs < 1:

@@ -76,7 +76,7 @@ func appendHex32(b []byte, v uint32) []byte {
 // and runs the mover too when this process is the one that moves. It
 // returns when ctx ends (a BLPOP under way finishes first, and what it
 // returns is delivered) or at the first error.
-func (m *minimal) consume(ctx context.Context, got func(body []byte, reserved time.Time)) error {
+func (m *minimal) consume(ctx context.Context, got func(delivery)) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if m.mover {
 		g.Go(func() error { return m.move(ctx) })
@@ -91,7 +91,7 @@ func (m *minimal) consume(ctx context.Context, got func(body []byte, reserved ti
 					if len(member) < minIDLen {
 						return fmt.Errorf("min: member %q without an ID", member)
 					}
-					got([]byte(member[minIDLen:]), time.Time{})
+					got(delivery{body: []byte(member[minIDLen:])})
 				case errors.Is(err, redis.Nil):
 				case ctx.Err() != nil:
 					return nil

@@ -40,7 +40,7 @@ type fleet struct {
 }
 
 func newFleet(got *receipts) *fleet {
-	return &fleet{got: got, exited: make(chan *proc, 16)}
+	return &fleet{got: got, exited: make(chan *proc, 256)}
 }
 
 // start starts the binary itself as a child in role, with args.

@@ -17,11 +17,13 @@ import (
 // lines to stdout:
 //
 //	ready                            set up: consuming, or waiting for "go"
-//	r <job> <received µs> <due ms> <early>
+//	r <job> <received µs> <due ms> <early> <attempt>
 //	                                 one delivery: the job's number, the Unix
-//	                                 time it arrived, its due time, and 1 when
+//	                                 time it arrived, its due time, 1 when
 //	                                 the queue reserved it before its due time
-//	                                 on the server's clock (dq only)
+//	                                 on the server's clock, and which attempt
+//	                                 it is (dq only; the minimal design's
+//	                                 receipts say 0 and 0)
 //	h <job> <start µs> <end µs>      one handler's span (consumers with -work)
 //	{...}                            its childResult, the last line it writes
 //
@@ -99,10 +101,11 @@ type childResult struct {
 
 // receipt is one delivery a consumer reported.
 type receipt struct {
-	job   int
-	at    time.Time
-	due   time.Time
-	early bool
+	job     int
+	at      time.Time
+	due     time.Time
+	early   bool
+	attempt int // 1 for the first; 0 when the design does not say
 }
 
 // appendReceipt formats r as a receipt line, newline included.
@@ -114,20 +117,21 @@ func appendReceipt(b []byte, r receipt) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, r.due.UnixMilli(), 10)
 	if r.early {
-		b = append(b, " 1\n"...)
+		b = append(b, " 1 "...)
 	} else {
-		b = append(b, " 0\n"...)
+		b = append(b, " 0 "...)
 	}
-	return b
+	b = strconv.AppendInt(b, int64(r.attempt), 10)
+	return append(b, '\n')
 }
 
 // parseReceipt reads a receipt line, without its newline.
 func parseReceipt(line []byte) (receipt, error) {
-	n, err := lineInts(line, receiptMark, 4)
+	n, err := lineInts(line, receiptMark, 5)
 	if err != nil {
 		return receipt{}, fmt.Errorf("bad receipt: %w", err)
 	}
-	return receipt{job: int(n[0]), at: time.UnixMicro(n[1]), due: time.UnixMilli(n[2]), early: n[3] == 1}, nil
+	return receipt{job: int(n[0]), at: time.UnixMicro(n[1]), due: time.UnixMilli(n[2]), early: n[3] == 1, attempt: int(n[4])}, nil
 }
 
 // jobBody is the 128-byte body of a layout job, the same for both designs:
