@@ -34,14 +34,15 @@ import (
 //     a standby, or second standby, that has not looked a second after it
 //     said it would: it died or froze, and should the holder die next, the
 //     bucket would wait for the dead standby's lease to run out;
-//   - the second standby looks when the standby would be half a second
-//     late (and at least every renewWithin), and renews its lease so. It
-//     stands by in place of a standby that is that late while a job is
-//     overdue by takeoverGrace and the holder silent as long, and then
-//     takes the bucket over in the same call: holder and standby dying
-//     together (two processes on one machine) cost the due jobs under a
-//     second, not the rest of the standby's lease. While the holder moves,
-//     it waits until the standby is a second late, as the holder would;
+//   - the second standby looks when the standby would be a tenth of a
+//     second late (and at least every renewWithin), and renews its lease
+//     so. It stands by in place of a standby that is that late while a
+//     job is overdue by takeoverGrace and the holder silent as long, and
+//     then takes the bucket over in the same call: holder and standby
+//     dying together (two processes on one machine) cost the due jobs
+//     about takeoverGrace and a tenth of a second, not the rest of the
+//     standby's lease. While the holder moves, it waits until the standby
+//     is a second late, as the holder would;
 //   - the others try again when the second standby lease would run out
 //     (the standby's place goes to the second standby), or when told that
 //     one is free (contended, and "standby:<b>" on the control

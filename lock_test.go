@@ -36,7 +36,7 @@ func TestMoveDueRespectsAnotherHoldersLease(t *testing.T) {
 	res, err = q.moveDue(ctx, 0, "third", false)
 	require.NoError(t, err)
 	assert.Equal(t, roleSecond, res.role, "a free second standby lease is taken")
-	assert.Equal(t, takeoverGrace+501*time.Millisecond, res.next, "until the standby would be half a second late")
+	assert.Equal(t, takeoverGrace+101*time.Millisecond, res.next, "until the standby would be a tenth of a second late")
 	res, err = q.moveDue(ctx, 0, "fourth", false)
 	require.NoError(t, err)
 	assert.Equal(t, roleNone, res.role, "the three leases are held")
@@ -253,7 +253,7 @@ func TestTheHolderLeavesAStandbyLeaseWithoutItsLease(t *testing.T) {
 	assert.Equal(t, "other", c.Get(ctx, bk.standby).Val(), "left to run out")
 }
 
-// The second standby looks when the standby would be half a second late,
+// The second standby looks when the standby would be a tenth of a second late,
 // and stands by in the place of one that is, when the bucket needs it (a
 // job overdue by the grace, and the holder silent as long: both died
 // together), taking the bucket over in the same call; while the holder
@@ -272,29 +272,28 @@ func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
 					require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err())
 				}
 			}
-			res, err := q.moveDue(ctx, 0, "standby", false)
-			require.NoError(t, err)
-			require.Equal(t, roleStandby, res.role)
-			res, err = q.moveDue(ctx, 0, "mine", false)
-			require.NoError(t, err)
-			require.Equal(t, roleSecond, res.role)
-			require.Equal(t, takeoverGrace+501*time.Millisecond, res.next)
+			res := standbyAndSecond(t, q)
 			assert.Equal(t, fmt.Sprintf("mine 30000 %d", time.UnixMilli(1_700_000_001_000).Add(res.next).UnixMilli()), c.Get(ctx, bk.second).Val(),
 				"the token, its lease, and when it looks again")
 
-			passes(takeoverGrace + 500*time.Millisecond)
-			res, err = q.moveDue(ctx, 0, "mine", false)
+			passes(takeoverGrace + 100*time.Millisecond)
+			res, err := q.moveDue(ctx, 0, "mine", false)
 			require.NoError(t, err)
 			assert.Equal(t, roleSecond, res.role, "not yet late")
 			assert.Equal(t, time.Millisecond, res.next)
 
 			passes(time.Millisecond)
 			if holderAlive {
-				res, err = q.moveDue(ctx, 0, "mine", false)
-				require.NoError(t, err)
-				assert.Equal(t, roleSecond, res.role, "the holder moves: not pushed out yet")
-				assert.Equal(t, 500*time.Millisecond, res.next, "until the standby is a second late")
-				passes(res.next)
+				// The holder moves: the second standby looks again when
+				// the bucket could be in need, until the standby is a
+				// second late (900 ms from here).
+				for range 3 {
+					res, err = q.moveDue(ctx, 0, "mine", false)
+					require.NoError(t, err)
+					assert.Equal(t, roleSecond, res.role, "the holder moves: not pushed out yet")
+					assert.Equal(t, takeoverGrace, res.next, "until the holder would be silent for the grace")
+					passes(res.next)
+				}
 			}
 			res, err = q.moveDue(ctx, 0, "mine", false)
 			require.NoError(t, err)
@@ -318,6 +317,54 @@ func TestTheSecondStandbyStandsInForALateStandby(t *testing.T) {
 			assert.Equal(t, StateReady, job.State)
 		})
 	}
+}
+
+// standbyAndSecond has "standby" stand by for bucket 0 of a queue from
+// dueUnderAnother, and "mine" become its second standby, which looks again
+// when the standby would be a tenth of a second late.
+func standbyAndSecond(t *testing.T, q *DelayQueue) moveResult {
+	t.Helper()
+	res, err := q.moveDue(context.Background(), 0, "standby", false)
+	require.NoError(t, err)
+	require.Equal(t, roleStandby, res.role)
+	res, err = q.moveDue(context.Background(), 0, "mine", false)
+	require.NoError(t, err)
+	require.Equal(t, roleSecond, res.role)
+	require.Equal(t, takeoverGrace+101*time.Millisecond, res.next)
+	return res
+}
+
+// A holder that dies just before the second standby finds the standby
+// late leaves the bucket not yet in need (silent for less than the
+// grace): the second standby looks again when it would be, and takes the
+// bucket over then, not when the standby is a second late.
+func TestTheSecondStandbyLooksAgainWhenTheBucketWouldBeInNeed(t *testing.T) {
+	ctx := context.Background()
+	q, m, c, advance, id := dueUnderAnother(t)
+	bk := q.keys.bucket(0)
+	passes := func(d time.Duration) {
+		advance(d)
+		m.FastForward(d)
+	}
+	res := standbyAndSecond(t, q)
+
+	const lastMove = 200 * time.Millisecond // before the second standby's look
+	passes(res.next - lastMove)
+	require.NoError(t, c.Set(ctx, bk.lock, "other 30000", 30*time.Second).Err(), "the holder's last move; it dies")
+	passes(lastMove)
+	res, err := q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleSecond, res.role, "the holder was heard from within the grace")
+	assert.Equal(t, takeoverGrace-lastMove, res.next, "until it has been silent for the grace")
+
+	passes(res.next)
+	res, err = q.moveDue(ctx, 0, "mine", false)
+	require.NoError(t, err)
+	assert.Equal(t, roleHolder, res.role, "taken over")
+	assert.Equal(t, 1, res.moved)
+	job, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, StateReady, job.State)
 }
 
 // A bucket handler that takes the standby's place announces the second

@@ -156,7 +156,7 @@ redis.call('SET', KEYS[11], string.format('%d %d', since, till), 'PX', till - no
 -- holder is silent too: it may have died with the standby, and then
 -- nobody else looks.
 local STANDBY_LATE_MS = 1000
-local SECOND_LATE_MS = 500
+local SECOND_LATE_MS = 100
 
 -- late reports whether the standby lease at key, whose value is v, is
 -- late by more than by ms.
@@ -217,21 +217,30 @@ else
   local first = earliest(bucket)
   local silent = (lease_of(holder) or lease) - ttl
   if other then
-    -- The second standby stands in for a standby half a second late when
-    -- the bucket needs it now (a job overdue by the grace, the holder
-    -- silent as long: both may have died together), and a second late
-    -- otherwise, as the holder would: a slow standby is not pushed out
-    -- while the holder moves.
+    -- The second standby stands in for a standby a tenth of a second
+    -- late when the bucket needs it now (a job overdue by the grace, the
+    -- holder silent as long: both may have died together; a standby that
+    -- is only slow then loses nothing it would have done), and a second
+    -- late otherwise, as the holder would: a slow standby is not pushed
+    -- out while the holder moves.
     local urgent = first ~= nil and first <= now_ms - grace and silent >= grace
     if not late(standby, waiting, urgent and SECOND_LATE_MS or STANDBY_LATE_MS) then
       -- It looks again when the standby would be late, and at least
-      -- every third of its lease.
+      -- every third of its lease. A standby late already, while the
+      -- bucket is not in need: when it would be (the holder silent for
+      -- the grace, with a job overdue as long), or when the standby is a
+      -- second late, whichever comes first. Waiting for the second alone,
+      -- a holder that died just before the look would cost its jobs that
+      -- second.
       local _, look_at = lease_of(waiting)
       local wait_ms = math.floor(lease / 3)
       if look_at then
         local at = look_at + SECOND_LATE_MS + 1
         if at <= now_ms then
           at = look_at + STANDBY_LATE_MS + 1
+          if first ~= nil then
+            at = math.min(at, math.max(first + grace, now_ms + grace - silent))
+          end
         end
         wait_ms = math.min(wait_ms, at - now_ms)
       end
