@@ -31,8 +31,9 @@
 -- job), flags VACATED when it left the second standby lease for the
 -- standby's, with the topics of its look (below) whose waiting job got a
 -- signal; {-3, look_in_us, 0} when the caller is the second standby, to
--- look again then: when the standby would be late, and at least every
--- third of the lease; {-1, ttl ms} when other tokens hold all three
+-- look again then: when the standby would be late (or, late already, when
+-- the bucket would be in need), and at least every third of the lease;
+-- {-1, ttl ms} when other tokens hold all three
 -- leases, ttl the second standby's.
 -- A due delayed job becomes ready; an expired reservation becomes ready again,
 -- or dead when its attempts ran out. Running it twice moves nothing twice:

@@ -46,12 +46,13 @@ func newChurner(f *fleet, args []string, kill func(p *proc) error, first, until 
 }
 
 // strike kills two live consumers at once, plans their replacements, and
-// plans the next strike.
+// plans the next strike. With fewer than three alive (the last ones
+// killed not replaced yet), it kills none: one is left to take the jobs.
 func (c *churner) strike() error {
-	if len(c.live) < 3 {
-		return errors.New("churn: fewer than three consumers alive")
-	}
 	for range 2 {
+		if len(c.live) < 3 {
+			break
+		}
 		i := rand.IntN(len(c.live))
 		p := c.live[i]
 		c.live = slices.Delete(c.live, i, i+1)

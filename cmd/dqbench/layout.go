@@ -214,8 +214,8 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	if s.takeover && (topology != "multi" || b.consumers < 2) {
 		return nil, fmt.Errorf("%s: needs -topology multi and -consumers 2 or more", s.id)
 	}
-	if s.churn && (topology != "multi" || b.consumers < 4) {
-		return nil, fmt.Errorf("%s: needs -topology multi and -consumers 4 or more", s.id)
+	if s.churn && (topology != "multi" || b.consumers < 3) {
+		return nil, fmt.Errorf("%s: needs -topology multi and -consumers 3 or more", s.id)
 	}
 	got := newReceipts(prm.jobs)
 	f := newFleet(got)
@@ -355,6 +355,10 @@ wait:
 	if churn != nil {
 		churn.stop()
 		kills = len(churn.victims)
+		// A process started late stops only once it has started.
+		if err := f.waitReady(ctx, 30*time.Second); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.stop(ctx, 30*time.Second); err != nil {
 		return nil, err
@@ -403,7 +407,11 @@ func (b *bench) runLayouts(ctx context.Context, chosen []*layoutScenario, runs i
 		combos := []combo{{"producer only", ""}}
 		if s.consumers {
 			combos = nil
-			for _, t := range topologies {
+			ts := topologies
+			if s.dqOnly() {
+				ts = []string{"multi"} // a process killed among several
+			}
+			for _, t := range ts {
 				for _, m := range methods {
 					combos = append(combos, combo{t, m})
 				}

@@ -17,11 +17,11 @@
 //	go run ./cmd/dqbench -only l -hog 0.175   # beside a process keeping 17.5 % of the CPU busy
 //
 // Scenarios k (the lease holder killed) and c (workers killed two at a
-// time and replaced, as pods on a node are) run the queue alone, with
-// -topology multi:
+// time and replaced, as pods on a node are) run the queue alone, in the
+// multi topology whatever -topology says:
 //
-//	go run ./cmd/dqbench -only k -topology multi -method consume -runs 3
-//	go run ./cmd/dqbench -only c -topology multi -method consume -consumers 8 -cluster
+//	go run ./cmd/dqbench -only k -method consume -runs 3
+//	go run ./cmd/dqbench -only c -method consume -consumers 8 -cluster
 //
 // Scenario n runs only when named too: a producer and consumer processes
 // reach Redis through a relay that cuts every connection once per -n-cut,

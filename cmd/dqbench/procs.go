@@ -140,7 +140,11 @@ func (f *fleet) waitReady(ctx context.Context, timeout time.Duration) error {
 		select {
 		case <-p.ready:
 		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready: %w", p.name, p.err)
+			select {
+			case <-p.ready: // and has done its part since, as a producer does
+			default:
+				return fmt.Errorf("%s exited before it was ready: %w", p.name, p.err)
+			}
 		case <-t.C:
 			return fmt.Errorf("%s not ready within %v", p.name, timeout)
 		case <-ctx.Done():

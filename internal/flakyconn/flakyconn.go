@@ -36,7 +36,7 @@ const (
 type rule struct {
 	kind  kind
 	match string
-	used  bool          // loseReply, loseThenHold: the command was sent
+	used  bool          // loseReply, loseThenHold: the command is on its way
 	ran   bool          // loseReply, loseThenHold: its reply came, and was thrown away
 	gate  chan struct{} // hold, loseThenHold: closed to let commands through
 }
