@@ -11,7 +11,7 @@ import (
 
 // Scenario c (churn) runs the queue as a fleet of workers that restarts all
 // day: while the jobs fall due, two consumer processes picked at random
-// are killed at once (-kill-with: SIGKILL, or SIGSTOP to freeze them), as
+// are killed at once (-k-signal: SIGKILL, or SIGSTOP to freeze them), as
 // two pods on one node are, every 3–6 s, and each is replaced by a new
 // process 1–3 s later. Any two of them may be a bucket's lease holder and
 // its standby. It reports the lateness of the jobs delivered at their
@@ -30,7 +30,6 @@ type churner struct {
 	next     *time.Timer   // the next kill
 	restarts chan string   // names of processes to start again, when due
 	timers   []*time.Timer // the restarts planned
-	starts   int           // processes started again
 }
 
 // newChurner plans the first kill at first.
@@ -76,7 +75,6 @@ func (c *churner) restart(name string) error {
 		return err
 	}
 	c.live = append(c.live, p)
-	c.starts++
 	return nil
 }
 
