@@ -33,6 +33,10 @@ type moveResult struct {
 	// or the holder found either silent (move.lua). The others hear of it
 	// from the caller.
 	vacated bool
+	// sooner is set, for the standby, when the second standby planned its
+	// next look for a later look of the standby's than the one just
+	// planned: the caller tells it to look sooner.
+	sooner bool
 	// ready counts the jobs that became ready, per topic.
 	ready []topicCount
 	// signaled are the topics looked at for a lost signal (moveDue's
@@ -94,7 +98,8 @@ func (q *DelayQueue) moveDue(ctx context.Context, b int, token string, trim bool
 			return bad()
 		}
 		flags, _ := reply[3].(int64)
-		return moveResult{role: roleStandby, next: until(head[1]), wait: time.Duration(max(head[2], 0)) * time.Millisecond, vacated: flags&moveVacated != 0}, nil
+		return moveResult{role: roleStandby, next: until(head[1]), wait: time.Duration(max(head[2], 0)) * time.Millisecond,
+			vacated: flags&moveVacated != 0, sooner: flags&moveSooner != 0}, nil
 	case moveSecond:
 		return moveResult{role: roleSecond, next: until(head[1])}, nil
 	}

@@ -142,6 +142,28 @@ func leaseOwners(c redis.Cmdable, q *DelayQueue, key func(bucketKeys) string) []
 	return owners
 }
 
+// secondLooksBy reports whether the second standby of the bucket of each
+// of ids plans, by its lease, to look by t.
+func secondLooksBy(c redis.Cmdable, q *DelayQueue, ids []string, t time.Time) bool {
+	seen := map[int]bool{}
+	for _, id := range ids {
+		b := bucketOf(id, q.opts.buckets)
+		if seen[b] {
+			continue
+		}
+		seen[b] = true
+		v, _ := c.Get(context.Background(), q.keys.bucket(b).second).Result()
+		f := strings.Fields(v) // "<token> <lease ms> <next look ms>"
+		if len(f) != 3 {
+			return false
+		}
+		if at, err := strconv.ParseInt(f[2], 10, 64); err != nil || at > t.UnixMilli() {
+			return false
+		}
+	}
+	return true
+}
+
 // ownsAll reports whether q's bucket handlers own every key of owners.
 func ownsAll(q *DelayQueue, owners []string) bool {
 	for b, owner := range owners {

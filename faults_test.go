@@ -430,14 +430,17 @@ func TestFaultADeadStandbyIsReplacedBeforeItsLeaseRunsOut(t *testing.T) {
 // takes the bucket over: every job is delivered before the standby's
 // lease would have run out. The jobs are pushed before the leases are
 // taken, so that the standby's last look knew when they fall due, or
-// just before the kill, due a second later: the second standby then
-// learns that the standby is dead only when it said it would look next
-// (within a third of the lease).
+// shortly before the kill, due 3 s later, into buckets whose looks were a
+// third of the lease away: the standby, woken by the push, looks at once
+// and the second standby hears that it should plan for that look; the
+// kill comes once it has. (Holder and standby killed within the few
+// milliseconds between the push and that look leave the job to the
+// second standby's old plan.)
 func TestFaultHolderAndStandbyDyingTogether(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
 		for _, ahead := range []bool{true, false} {
 			name := map[syscall.Signal]string{syscall.SIGKILL: "killed", syscall.SIGSTOP: "frozen"}[sig]
-			pushed := map[bool]string{true: "pushed ahead", false: "pushed just before"}[ahead]
+			pushed := map[bool]string{true: "pushed ahead", false: "pushed shortly before"}[ahead]
 			t.Run(name+", "+pushed, func(t *testing.T) {
 				t.Parallel()
 				faultTogether(t, sig, ahead, name+" together, jobs "+pushed)
@@ -481,8 +484,10 @@ func faultTogether(t *testing.T, sig syscall.Signal, ahead bool, name string) {
 	require.Eventually(t, func() bool { return ownsAll(q, leaseOwners(c, q, second)) },
 		10*time.Second, time.Millisecond, "this process is the second standby of every bucket")
 	if !ahead {
-		due = time.Now().Add(time.Second)
+		due = time.Now().Add(3 * time.Second)
 		ids = push(due)
+		require.Eventually(t, func() bool { return secondLooksBy(c, q, ids, due.Add(time.Second)) },
+			10*time.Second, time.Millisecond, "the second standby plans for the standby's look at the pushed jobs")
 	}
 	require.True(t, time.Now().Before(due), "set up before the jobs fall due: else the holder moves them")
 	for _, ch := range children {

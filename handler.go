@@ -17,13 +17,14 @@ type bucketHandler struct {
 	q     *DelayQueue
 	b     int
 	lease bucketLease   // owned by the handler goroutine, and by Close once it has ended
-	sig   chan struct{} // buffered: a wake-up is waiting in wakeAt, free or vacant
+	sig   chan struct{} // buffered: a wake-up is waiting in wakeAt, free, vacant or sooner
 
 	mu     sync.Mutex
 	wakeAt time.Time // the earliest wake-up asked for since the last look
 	free   bool      // the lease holder released the lease
 	tickAt time.Time // when to look at the bucket's schedules (schedule_tick.go); zero: at once
 	vacant bool      // a standby lease is free
+	sooner bool      // the standby looks sooner than the second standby planned for
 
 	// Owned by the handler goroutine, and read by Close once it has ended.
 	failures  int                  // consecutive Redis errors
@@ -106,6 +107,15 @@ func (h *bucketHandler) standbyVacant() {
 	h.signal()
 }
 
+// lookSooner tells the bucket handler that the standby will look sooner
+// than the second standby planned for: it looks now, and plans again.
+func (h *bucketHandler) lookSooner() {
+	h.mu.Lock()
+	h.sooner = true
+	h.mu.Unlock()
+	h.signal()
+}
+
 func (h *bucketHandler) signal() {
 	select {
 	case h.sig <- struct{}{}:
@@ -174,6 +184,9 @@ func (h *bucketHandler) step(ctx context.Context) time.Duration {
 		// The standby took the bucket over or the second standby its
 		// place, or the holder found either silent: another may stand by.
 		h.q.announce(ctx, controlStandby+strconv.Itoa(h.b))
+	}
+	if res.sooner {
+		h.q.announce(ctx, controlSooner+strconv.Itoa(h.b))
 	}
 	if res.role != roleHolder {
 		h.mu.Lock()
@@ -282,6 +295,13 @@ func (h *bucketHandler) listen() {
 	}
 }
 
+// replanBy is how much earlier than the look its lease announces a
+// standby woken for a job must come to look at once, to announce it: the
+// second standby plans its look by the announced one. Less makes no call:
+// a push into a busy bucket, whose standby looks within takeoverGrace,
+// never does.
+const replanBy = time.Second
+
 // sleep waits for wait, or less when woken for an earlier due job (the
 // standby: that plus the grace), for a freed lease (the standby, and those
 // without a role), or for a vacant standby lease (the second standby, and
@@ -291,6 +311,7 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 		return false
 	}
 	deadline := time.Now().Add(wait)
+	planned := deadline // a standby's: the look its lease announces
 	timer.Reset(wait)
 	for {
 		select {
@@ -300,17 +321,24 @@ func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.
 			return true
 		case <-h.sig:
 			h.mu.Lock()
-			at, free, vacant := h.wakeAt, h.free, h.vacant
-			h.wakeAt, h.free, h.vacant = time.Time{}, false, false
+			at, free, vacant, sooner := h.wakeAt, h.free, h.vacant, h.sooner
+			h.wakeAt, h.free, h.vacant, h.sooner = time.Time{}, false, false, false
 			h.mu.Unlock()
 			role := h.lease.role
 			switch {
-			case free && role != roleHolder, vacant && !role.watches():
+			case free && role != roleHolder, vacant && !role.watches(), sooner && role == roleSecond:
 				return true
 			case !role.watches():
 				continue
 			case role == roleStandby && !at.IsZero():
 				at = at.Add(takeoverGrace)
+				if at.Before(planned.Add(-replanBy)) {
+					// The second standby planned for the announced look:
+					// look now, and the new look is announced and told
+					// (move.lua), so that holder and standby dying before
+					// it do not leave the job to the old plan.
+					return true
+				}
 			}
 			if !at.IsZero() && at.Before(deadline) {
 				deadline = at

@@ -373,10 +373,7 @@ func TestTheSecondStandbyLooksAgainWhenTheBucketWouldBeInNeed(t *testing.T) {
 func TestTheSecondStandbysHandlerAnnouncesAndWakes(t *testing.T) {
 	ctx := context.Background()
 	q, m, c, advance := clockQueue(t)
-	process := func() *bucketHandler {
-		return newBucketHandler(newQueue(t, c, WithName(q.opts.name), WithBuckets(1)), 0)
-	}
-	holder, standby, second := process(), process(), process()
+	holder, standby, second := threeProcesses(t, q, c)
 	for _, h := range []*bucketHandler{holder, standby, second} {
 		h.step(ctx)
 	}
@@ -405,6 +402,68 @@ func TestTheSecondStandbysHandlerAnnouncesAndWakes(t *testing.T) {
 	msg, err := sub.ReceiveMessage(wait)
 	require.NoError(t, err)
 	assert.Equal(t, controlStandby+"0", msg.Payload, "the second standby lease it left is announced")
+}
+
+// threeProcesses are bucket handlers of q's one bucket, each of a queue of
+// its own, as three processes have; the first to step holds the lease, the
+// next stands by, the third is the second standby.
+func threeProcesses(t *testing.T, q *DelayQueue, c *redis.Client) (a, b, d *bucketHandler) {
+	t.Helper()
+	process := func() *bucketHandler {
+		return newBucketHandler(newQueue(t, c, WithName(q.opts.name), WithBuckets(1)), 0)
+	}
+	return process(), process(), process()
+}
+
+// A standby woken for a job due over a second before the look its lease
+// announces (a job pushed into a quiet bucket) looks at once, and tells
+// the second standby, which planned for the announced look: it looks then
+// and plans for the new one. Else, should holder and standby die before
+// the old plan, the job would wait for it.
+func TestTheSecondStandbyHearsOfTheStandbysSoonerLook(t *testing.T) {
+	ctx := context.Background()
+	q, _, c, _ := clockQueue(t)
+	holder, standby, second := threeProcesses(t, q, c)
+	holder.step(ctx)
+	standby.step(ctx)
+	require.Equal(t, renewWithin(q.opts.lease), second.step(ctx), "a quiet bucket: the second standby looks in a third of the lease")
+	require.Equal(t, []leaseRole{roleHolder, roleStandby, roleSecond}, []leaseRole{holder.lease.role, standby.lease.role, second.lease.role})
+
+	sub := c.Subscribe(ctx, q.keys.control())
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx) // the confirmation
+	require.NoError(t, err)
+	planned := renewWithin(q.opts.lease)
+	looks := make(chan bool)
+	go func() {
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		looks <- standby.sleep(ctx, timer, planned)
+	}()
+	pushed(t, q, &Job{Topic: "t", Delay: time.Second})
+	standby.wake(time.Second) // the push's wake-up, as the bucket's channel brings it
+	assert.True(t, <-looks, "over a second before its announced look: the standby looks at once")
+	require.Equal(t, time.Second+takeoverGrace, standby.step(ctx), "and plans to look once the job is overdue by the grace")
+	wait, cancel := context.WithTimeout(ctx, time.Minute) // a guard: without the announcement, fail rather than hang
+	defer cancel()
+	msg, err := sub.ReceiveMessage(wait)
+	require.NoError(t, err)
+	assert.Equal(t, controlSooner+"0", msg.Payload, "the second standby is told")
+
+	woke := make(chan bool)
+	go func() {
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		woke <- second.sleep(ctx, timer, time.Hour)
+	}()
+	h := handlerOf(msg.Payload, controlSooner, []*bucketHandler{second})
+	require.Same(t, second, h, "the message names the bucket's handler")
+	h.lookSooner()
+	assert.True(t, <-woke, "it wakes")
+	assert.Equal(t, time.Second+takeoverGrace+101*time.Millisecond, second.step(ctx), "a tenth of a second after the standby's new look")
+	res, err := q.moveDue(ctx, 0, standby.lease.token, false)
+	require.NoError(t, err)
+	assert.False(t, res.sooner, "planned for: nothing to tell")
 }
 
 func TestClosedHandlerHandsItsBucketsOver(t *testing.T) {

@@ -29,6 +29,7 @@ const (
 const (
 	moveFresh   = 1 // the call took a free lease or the bucket over
 	moveVacated = 2 // the call freed a standby lease
+	moveSooner  = 4 // the second standby is to look sooner (a standby's reply)
 )
 
 // reserveStatus says how a reserve call ended, first in reserve.lua's reply.

@@ -160,6 +160,7 @@ func (n *notifier) dispatch(channel, payload string, resync bool) {
 const (
 	controlResume  = "resume:"  // and a topic: it was resumed
 	controlStandby = "standby:" // and a bucket: a standby lease of it is free
+	controlSooner  = "sooner:"  // and a bucket: its second standby is to look now
 	controlLimits  = "limits:"  // and a topic: its limits changed
 )
 
@@ -187,11 +188,25 @@ func (q *DelayQueue) control(msg string) {
 	if topic, ok := strings.CutPrefix(msg, controlResume); ok && w != nil {
 		w.resume(topic)
 	}
-	if b, ok := strings.CutPrefix(msg, controlStandby); ok {
-		if b, err := strconv.Atoi(b); err == nil && b >= 0 && b < len(handlers) {
-			handlers[b].standbyVacant()
-		}
+	if h := handlerOf(msg, controlStandby, handlers); h != nil {
+		h.standbyVacant()
 	}
+	if h := handlerOf(msg, controlSooner, handlers); h != nil {
+		h.lookSooner()
+	}
+}
+
+// handlerOf is the handler of the bucket that a control message with
+// prefix names; nil when msg has another prefix or names no bucket.
+func handlerOf(msg, prefix string, handlers []*bucketHandler) *bucketHandler {
+	s, ok := strings.CutPrefix(msg, prefix)
+	if !ok {
+		return nil
+	}
+	if b, err := strconv.Atoi(s); err == nil && b >= 0 && b < len(handlers) {
+		return handlers[b]
+	}
+	return nil
 }
 
 // announce tells every process of the queue msg, on the control channel.

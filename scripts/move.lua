@@ -29,8 +29,9 @@
 -- caller is the standby, takeover_in_us being how long until the bucket's
 -- next job is overdue by the grace and the holder silent as long (-1: no
 -- job), flags VACATED when it left the second standby lease for the
--- standby's, with the topics of its look (below) whose waiting job got a
--- signal; {-3, look_in_us, 0} when the caller is the second standby, to
+-- standby's and SOONER when the second standby would look only well after
+-- the standby's next look (the caller tells it), with the topics of its
+-- look (below) whose waiting job got a signal; {-3, look_in_us, 0} when the caller is the second standby, to
 -- look again then: when the standby would be late (or, late already, when
 -- the bucket would be in need), and at least every third of the lease;
 -- {-1, ttl ms} when other tokens hold all three
@@ -53,6 +54,7 @@ local MOVE_SECOND = -3 -- the caller is the second standby
 -- The flags of a holder's reply (and a standby's).
 local MOVE_FRESH = 1 -- the call took a free lease or the bucket over
 local MOVE_VACATED = 2 -- the call freed a standby lease
+local MOVE_SOONER = 4 -- the second standby is to look sooner (a standby's reply)
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -267,7 +269,16 @@ else
     out, wait_ms = {MOVE_STANDBY, until_ms * 1000, ttl, flags}, math.min(wait_ms, until_ms)
   end
   if out then
-    redis.call('SET', standby, token .. ' ' .. lease .. ' ' .. (now_ms + wait_ms), 'PX', lease)
+    local look = now_ms + wait_ms
+    redis.call('SET', standby, token .. ' ' .. lease .. ' ' .. look, 'PX', lease)
+    -- A second standby that planned its look for an older, later look of
+    -- the standby's (the standby woke for a job pushed since, or came
+    -- anew) is told to look sooner: should holder and standby die before
+    -- its planned look, the bucket's jobs would wait for it.
+    local _, second_at = lease_of(redis.call('GET', second) or '')
+    if second_at and second_at > look + SECOND_LATE_MS + 1 then
+      out[4] = out[4] + MOVE_SOONER
+    end
     look_asked(out)
     return out
   end
