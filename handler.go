@@ -296,16 +296,21 @@ func (h *bucketHandler) listen() {
 }
 
 // replanBy is how much earlier than the look its lease announces a
-// standby woken for a job must come to look at once, to announce it: the
-// second standby plans its look by the announced one. Less makes no call:
-// a push into a busy bucket, whose standby looks within takeoverGrace,
-// never does.
+// standby woken for a job (its due time and takeoverGrace) must come to
+// look at once, to announce the new look: the second standby plans its
+// look by the announced one, and is told of it (move.lua's
+// MOVE_REPLAN_MS). It takes a job that becomes the first of a bucket
+// whose standby planned over a second further out, as a quiet bucket's
+// does (a third of the lease); a push behind the bucket's first job, or
+// less than a second before it, costs nothing.
 const replanBy = time.Second
 
 // sleep waits for wait, or less when woken for an earlier due job (the
-// standby: that plus the grace), for a freed lease (the standby, and those
-// without a role), or for a vacant standby lease (the second standby, and
-// those without a role). It returns false when ctx ends.
+// standby: that plus the grace, or at once when that comes replanBy
+// before the look it announced), for a freed lease (the standby, and those
+// without a role), for a vacant standby lease (the second standby, and
+// those without a role), or for the standby's sooner look (the second
+// standby). It returns false when ctx ends.
 func (h *bucketHandler) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
 	if ctx.Err() != nil {
 		return false

@@ -60,7 +60,7 @@ import (
 // that owns its slot instead of crossing the cluster bus to every node:
 //
 //	dq:{name:b}:ev:wake   "<microseconds until due>" or "free"
-//	dq:{name}:ev:control  what every process hears: "resume:<topic>", "standby:<bucket>"
+//	dq:{name}:ev:control  what every process hears: "resume:<topic>", "limits:<topic>", "standby:<bucket>", "sooner:<bucket>"
 type keyspace struct {
 	name    string
 	buckets []bucketKeys

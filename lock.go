@@ -29,7 +29,10 @@ import (
 //     the due jobs about takeoverGrace, not the rest of the lease. While
 //     all are healthy, the standby moves nothing: it looks when jobs fall
 //     due, and at least every renewWithin, and each look renews the standby
-//     lease and writes in it when the standby will look next;
+//     lease and writes in it when the standby will look next. Woken for a
+//     job due over replanBy before that, it looks at once, and has the
+//     second standby told ("sooner:<b>" on the control channel), which
+//     planned its own look by the announced one;
 //   - the holder, at its chores (about once a second), frees the lease of
 //     a standby, or second standby, that has not looked a second after it
 //     said it would: it died or froze, and should the holder die next, the

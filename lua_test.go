@@ -109,7 +109,8 @@ func TestScriptRepliesAreGos(t *testing.T) {
 	goCodes := map[string]map[string]int64{
 		"push.lua":   {"PUSH_CREATED": pushCreated, "PUSH_EXISTED": pushExisted, "PUSH_TAKEN": pushTaken},
 		"upsert.lua": {"UPSERT_CREATED": upsertCreated, "UPSERT_REPLACED": upsertReplaced},
-		"move.lua":   {"MOVE_NEITHER": moveNeither, "MOVE_STANDBY": moveStandby, "MOVE_SECOND": moveSecond, "MOVE_FRESH": moveFresh, "MOVE_VACATED": moveVacated, "MOVE_SOONER": moveSooner},
+		"move.lua": {"MOVE_NEITHER": moveNeither, "MOVE_STANDBY": moveStandby, "MOVE_SECOND": moveSecond, "MOVE_FRESH": moveFresh, "MOVE_VACATED": moveVacated, "MOVE_SOONER": moveSooner,
+			"MOVE_REPLAN_MS": replanBy.Milliseconds()},
 		"reserve.lua": {"RESERVE_RAN_OUT": int64(reserveRanOut), "RESERVE_FILLED": int64(reserveFilled),
 			"RESERVE_STALE": int64(reserveStale), "RESERVE_PAUSED": int64(reservePaused), "RESERVE_NO_SIGNAL": reserveNoSignal,
 			"RESERVE_DRY": reserveDry, "RESERVE_UNCLAIMED": int64(reserveUnclaimed),

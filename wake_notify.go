@@ -16,7 +16,7 @@ import (
 // channel ("<µs until due>" or "free") to the bucket handler that holds or
 // stands by for its lease, and the queue's control channel to every
 // started or consuming process ("resume:<topic>", "limits:<topic>",
-// "standby:<bucket>"). Ready jobs do not travel here: their signals are
+// "standby:<bucket>", "sooner:<bucket>"). Ready jobs do not travel here: their signals are
 // lists that consumers block on (wake_signals.go). On Redis Cluster the channels
 // are sharded (SSUBSCRIBE), one connection per bucket (and one for the
 // control channel) to the master that owns it; elsewhere one connection

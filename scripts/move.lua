@@ -55,6 +55,9 @@ local MOVE_SECOND = -3 -- the caller is the second standby
 local MOVE_FRESH = 1 -- the call took a free lease or the bucket over
 local MOVE_VACATED = 2 -- the call freed a standby lease
 local MOVE_SOONER = 4 -- the second standby is to look sooner (a standby's reply)
+-- How much sooner than the second standby planned for the standby must
+-- come to look, for the second standby to be told (handler.go's replanBy).
+local MOVE_REPLAN_MS = 1000
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -271,12 +274,12 @@ else
   if out then
     local look = now_ms + wait_ms
     redis.call('SET', standby, token .. ' ' .. lease .. ' ' .. look, 'PX', lease)
-    -- A second standby that planned its look for an older, later look of
-    -- the standby's (the standby woke for a job pushed since, or came
-    -- anew) is told to look sooner: should holder and standby die before
-    -- its planned look, the bucket's jobs would wait for it.
+    -- A second standby that planned its look for an older look of the
+    -- standby's, over a second later (the standby woke for a job pushed
+    -- since), is told to look sooner: should holder and standby die
+    -- before its planned look, the bucket's jobs would wait for it.
     local _, second_at = lease_of(redis.call('GET', second) or '')
-    if second_at and second_at > look + SECOND_LATE_MS + 1 then
+    if second_at and second_at > look + SECOND_LATE_MS + 1 + MOVE_REPLAN_MS then
       out[4] = out[4] + MOVE_SOONER
     end
     look_asked(out)
