@@ -133,6 +133,22 @@ func keysOf(t testing.TB, c redis.UniversalClient) []string {
 	return keys
 }
 
+// keysOfQueues is keysOf for the keys of the named queues alone: another
+// test's keys may come and go meanwhile (a key of theirs expires).
+func keysOfQueues(t testing.TB, c redis.UniversalClient, names ...string) []string {
+	t.Helper()
+	var keys []string
+	for _, k := range keysOf(t, c) {
+		for _, name := range names {
+			if strings.Contains(k, "{"+name+":") || strings.Contains(k, "{"+name+"}") {
+				keys = append(keys, k)
+				break
+			}
+		}
+	}
+	return keys
+}
+
 // pushed pushes a job and fails the test on error.
 func pushed(t testing.TB, q *DelayQueue, job *Job) string {
 	t.Helper()

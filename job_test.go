@@ -17,7 +17,7 @@ import (
 func TestPushRejectsBadJobsAndWritesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		q := newQueue(t, be.client, WithMaxBodySize(16))
-		before := keysOf(t, be.client)
+		before := keysOfQueues(t, be.client, q.opts.name)
 		for _, tc := range []struct {
 			name string
 			job  *Job
@@ -59,7 +59,7 @@ func TestPushRejectsBadJobsAndWritesNothing(t *testing.T) {
 				assert.True(t, strings.HasPrefix(err.Error(), "delayqueue: invalid job"), err.Error())
 			})
 		}
-		assert.Equal(t, before, keysOf(t, be.client), "a refused push must write nothing")
+		assert.Equal(t, before, keysOfQueues(t, be.client, q.opts.name), "a refused push must write nothing")
 	})
 }
 

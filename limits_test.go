@@ -23,7 +23,7 @@ func TestSetLimitsRefusesBadValuesAndZeroRemoves(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		ctx := context.Background()
 		q := newQueue(t, be.client)
-		before := keysOf(t, be.client)
+		before := keysOfQueues(t, be.client, q.opts.name)
 		for _, l := range []Limits{
 			{Concurrency: -1},
 			{Rate: -1},
@@ -38,7 +38,7 @@ func TestSetLimitsRefusesBadValuesAndZeroRemoves(t *testing.T) {
 			assert.ErrorIs(t, q.SetLimits(ctx, "t", l), ErrInvalidLimits, "%+v", l)
 		}
 		assert.ErrorIs(t, q.SetLimits(ctx, "a{b}", Limits{Concurrency: 1}), ErrInvalidTopic)
-		assert.Equal(t, before, keysOf(t, be.client), "nothing written")
+		assert.Equal(t, before, keysOfQueues(t, be.client, q.opts.name), "nothing written")
 
 		got, err := q.Limits(ctx, "t")
 		require.NoError(t, err)
@@ -53,7 +53,7 @@ func TestSetLimitsRefusesBadValuesAndZeroRemoves(t *testing.T) {
 		got, err = q.Limits(ctx, "t")
 		require.NoError(t, err)
 		assert.Equal(t, Limits{}, got)
-		assert.Equal(t, before, keysOf(t, be.client), "no limit left behind")
+		assert.Equal(t, before, keysOfQueues(t, be.client, q.opts.name), "no limit left behind")
 	})
 }
 

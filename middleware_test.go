@@ -118,10 +118,10 @@ func TestPushMiddlewareNeverSeesARefusedJob(t *testing.T) {
 		}
 	}
 	q = newQueue(t, c, WithPushMiddleware(breaker))
-	before := keysOf(t, c)
+	before := keysOfQueues(t, c, q.opts.name)
 	_, err = q.Push(ctx, &Job{Topic: "t"})
 	assert.ErrorIs(t, err, ErrInvalidJob)
-	assert.Equal(t, before, keysOf(t, c))
+	assert.Equal(t, before, keysOfQueues(t, c, q.opts.name))
 }
 
 func TestPushMiddlewareRunsInTheOrderGiven(t *testing.T) {

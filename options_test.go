@@ -9,7 +9,7 @@ import (
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		before := keysOf(t, be.client)
+		before := keysOfQueues(t, be.client, "default", "a{b", "a:b")
 		for name, opt := range map[string]Option{
 			"nil option":         nil,
 			"empty name":         WithName(""),
@@ -37,6 +37,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 		_, err := New(nil)
 		assert.ErrorIs(t, err, ErrInvalidOption)
-		assert.Equal(t, before, keysOf(t, be.client), "a refused New writes nothing")
+		assert.Equal(t, before, keysOfQueues(t, be.client, "default", "a{b", "a:b"), "a refused New writes nothing")
 	})
 }
