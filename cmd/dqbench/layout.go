@@ -155,7 +155,9 @@ var throughputFigs = []figureDef{
 	{name: "commands sent per job"},
 	{name: "commands run per job, incl. inside scripts"},
 	{name: "Redis CPU per job", unit: "µs"},
+	{name: "of it, in the kernel", unit: "µs"},
 	{name: "Redis time in scripts per job", unit: "µs"},
+	{name: "blocked pops per job"},
 	{name: "reserve calls that found no job", unit: "%", dqOnly: true},
 	{name: "of all reserve calls, claims and lost-signal looks that found another process there first", unit: "%", dqOnly: true},
 	{name: "reserve calls that found no job and carried no finish", unit: "%", dqOnly: true},
@@ -181,7 +183,8 @@ func (o *outcome) throughput(end time.Time) []float64 {
 		}
 		perJob = float64(all) / n
 	}
-	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6, float64(o.calls.scripts) / n, empty, unclaimed, alone, perJob}
+	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6,
+		o.calls.sys / n * 1e6, float64(o.calls.scripts) / n, float64(o.calls.blocked) / n, empty, unclaimed, alone, perJob}
 }
 
 func latenessFigures(o *outcome) ([]float64, error) {

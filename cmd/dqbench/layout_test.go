@@ -90,6 +90,14 @@ func TestScriptTimeCountsScriptsBySHAAndAsFunctions(t *testing.T) {
 	assert.Equal(t, int64(110), scriptStatUsec(info))
 }
 
+func TestBlockedPopsAreCountedByCalls(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_blmpop:calls=7,usec=70,usec_per_call=10.00\r\n" +
+		"cmdstat_blpop:calls=3,usec=9,usec_per_call=3.00\r\n"
+	assert.Equal(t, int64(7), statCalls(info, "cmdstat_blmpop"))
+	assert.Equal(t, int64(3), statCalls(info, "cmdstat_blpop"))
+	assert.Zero(t, statCalls(info, "cmdstat_fcall"), "a command that never ran")
+}
+
 func TestChooseScenarios(t *testing.T) {
 	in, layouts, err := chooseScenarios("")
 	require.NoError(t, err)

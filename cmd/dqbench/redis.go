@@ -38,16 +38,20 @@ var minScriptCommands = map[string]bool{
 
 // commandCount splits INFO commandstats into the commands clients sent and
 // all commands run, those inside scripts included; cpu is the CPU time
-// Redis used (INFO cpu, user and system), in seconds, and scripts the
-// time it spent in scripts (scriptStatUsec), in microseconds.
+// Redis used (INFO cpu, user and system), in seconds, and sys the part of
+// it spent in the kernel (used_cpu_sys: the network, and going to sleep
+// and waking); scripts the time it spent in scripts (scriptStatUsec), in
+// microseconds; and blocked the blocked pops served or timed out
+// (BLMPOP and BLPOP calls).
 type commandCount struct {
 	sent, run int64
-	cpu       float64
+	cpu, sys  float64
 	scripts   int64
+	blocked   int64
 }
 
 func (c commandCount) sub(d commandCount) commandCount {
-	return commandCount{c.sent - d.sent, c.run - d.run, c.cpu - d.cpu, c.scripts - d.scripts}
+	return commandCount{c.sent - d.sent, c.run - d.run, c.cpu - d.cpu, c.sys - d.sys, c.scripts - d.scripts, c.blocked - d.blocked}
 }
 
 func (c commandCount) perJob(n int) figures {
@@ -83,17 +87,21 @@ func (b *bench) countCommands(ctx context.Context, inScripts map[string]bool) (c
 		}
 		n = n.add(parseCommandStats(info, inScripts))
 		n.scripts += scriptStatUsec(info)
+		n.blocked += statCalls(info, "cmdstat_blmpop") + statCalls(info, "cmdstat_blpop")
 		for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
 			v, _ := infoField(info, field)
 			secs, _ := strconv.ParseFloat(v, 64)
 			n.cpu += secs
+			if field == "used_cpu_sys" {
+				n.sys += secs
+			}
 		}
 	}
 	return n, nil
 }
 
 func (c commandCount) add(d commandCount) commandCount {
-	return commandCount{c.sent + d.sent, c.run + d.run, c.cpu + d.cpu, c.scripts + d.scripts}
+	return commandCount{c.sent + d.sent, c.run + d.run, c.cpu + d.cpu, c.sys + d.sys, c.scripts + d.scripts, c.blocked + d.blocked}
 }
 
 func parseCommandStats(info string, inScripts map[string]bool) commandCount {
@@ -213,15 +221,24 @@ func (b *bench) scriptUsec(ctx context.Context) (int64, error) {
 // scriptStatUsec reads from INFO commandstats the microseconds spent in
 // scripts, those run by SHA (EVALSHA) and as functions (FCALL).
 func scriptStatUsec(info string) int64 {
-	var total int64
-	for _, name := range []string{"cmdstat_evalsha", "cmdstat_fcall"} {
-		stats, _ := infoField(info, name)
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
+	return statField(info, "cmdstat_evalsha", "usec=") + statField(info, "cmdstat_fcall", "usec=")
+}
+
+// statCalls is how many times INFO commandstats says the command of name
+// (cmdstat_<command>) ran; 0 when it never did.
+func statCalls(info, name string) int64 {
+	return statField(info, name, "calls=")
+}
+
+// statField reads one counter (key, as "calls=") of a command's line of
+// INFO commandstats; 0 when the command never ran.
+func statField(info, name, key string) int64 {
+	stats, _ := infoField(info, name)
+	for _, kv := range strings.Split(stats, ",") {
+		if v, ok := strings.CutPrefix(kv, key); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
 		}
 	}
-	return total
+	return 0
 }
