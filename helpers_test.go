@@ -305,3 +305,45 @@ func forgetScripts(t *testing.T, c redis.UniversalClient) {
 	require.True(t, ok, "a client of type %T", c)
 	require.NoError(t, forget(ctx, client))
 }
+
+// popped is what a pop in the background got.
+type popped struct {
+	got []*Job
+	err error
+}
+
+func (p popped) jobs(t *testing.T) []*Job {
+	t.Helper()
+	require.NoError(t, p.err)
+	return p.got
+}
+
+// popLater pops up to n jobs of topic t in the background; the test body
+// asserts on what arrives, so a failure shows where it happened.
+func popLater(q *DelayQueue, n int) <-chan popped {
+	done := make(chan popped, 1)
+	go func() {
+		jobs, err := q.pop(context.Background(), "t", n, 0)
+		done <- popped{jobs, err}
+	}()
+	return done
+}
+
+// popOneLater calls q.Pop of topic with timeout in the background; the
+// test body asserts on what arrives (popped.job).
+func popOneLater(q *DelayQueue, topic string, timeout time.Duration) <-chan popped {
+	done := make(chan popped, 1)
+	go func() {
+		job, err := q.Pop(context.Background(), topic, timeout)
+		done <- popped{[]*Job{job}, err}
+	}()
+	return done
+}
+
+// job is the one job a popOneLater got; the test fails when its Pop did.
+func (p popped) job(t *testing.T) *Job {
+	t.Helper()
+	require.NoError(t, p.err)
+	require.Len(t, p.got, 1)
+	return p.got[0]
+}

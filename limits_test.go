@@ -80,14 +80,9 @@ func TestPopObeysConcurrencyAcrossInstances(t *testing.T) {
 		assert.Equal(t, 4, c.Ready)
 
 		// A waiting Pop is woken when another instance finishes a job.
-		got := make(chan *Job, 1)
-		go func() {
-			job, err := b.Pop(ctx, "t", time.Minute)
-			assert.NoError(t, err)
-			got <- job
-		}()
+		got := popOneLater(b, "t", time.Minute)
 		require.NoError(t, a.Finish(ctx, j1.ID))
-		j3 := <-got
+		j3 := (<-got).job(t)
 		require.NotNil(t, j3)
 		_, err = a.Pop(ctx, "t", 0)
 		assert.ErrorIs(t, err, ErrNoJob)
@@ -101,13 +96,9 @@ func TestPopObeysConcurrencyAcrossInstances(t *testing.T) {
 		require.NoError(t, err)
 
 		// Raised limits take effect at once for a waiting Pop.
-		go func() {
-			job, err := a.Pop(ctx, "t", time.Minute)
-			assert.NoError(t, err)
-			got <- job
-		}()
+		got = popOneLater(a, "t", time.Minute)
 		require.NoError(t, b.SetLimits(ctx, "t", Limits{Concurrency: 3}))
-		require.NotNil(t, <-got)
+		require.NotNil(t, (<-got).job(t))
 		// Removed limits leave the topic free.
 		require.NoError(t, b.SetLimits(ctx, "t", Limits{}))
 		require.Eventually(t, func() bool {
@@ -207,6 +198,7 @@ func consumersNeverExceed(t *testing.T, client redis.UniversalClient) {
 	}
 	var running, most, done atomic.Int64
 	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after ctx's cancel: no Consume asserts once the test ended
 	for _, q := range qs {
 		wg.Add(1)
 		go func() {
@@ -254,6 +246,7 @@ func TestConsumersNeverExceedTheRate(t *testing.T) {
 		var mu sync.Mutex
 		var starts []time.Time
 		var wg sync.WaitGroup
+		t.Cleanup(wg.Wait) // after ctx's cancel: no Consume asserts once the test ended
 		for _, q := range qs {
 			wg.Add(1)
 			go func() {
@@ -356,7 +349,7 @@ func TestLoweredLimitsHoldForAGrantHandedOver(t *testing.T) {
 		_, err = b.Pop(ctx, "t", 0)
 		assert.ErrorIs(t, err, ErrNoJob, "j2 holds the one grant")
 		require.NoError(t, a.Finish(ctx, j2.ID))
-		j3 := <-got
+		j3 := (<-got).job(t)
 		require.NotNil(t, j3)
 		u, err := a.limitUsage(ctx)
 		require.NoError(t, err)
@@ -528,29 +521,6 @@ func TestAHandOnWhoseNextJobWasSettledElsewhereGivesItsGrantBack(t *testing.T) {
 	}, resentByTheQueue)
 }
 
-// popped is what a pop in the background got.
-type popped struct {
-	got []*Job
-	err error
-}
-
-func (p popped) jobs(t *testing.T) []*Job {
-	t.Helper()
-	require.NoError(t, p.err)
-	return p.got
-}
-
-// popLater pops up to n jobs of topic t in the background; the test body
-// asserts on what arrives, so a failure shows where it happened.
-func popLater(q *DelayQueue, n int) <-chan popped {
-	done := make(chan popped, 1)
-	go func() {
-		jobs, err := q.pop(context.Background(), "t", n, 0)
-		done <- popped{jobs, err}
-	}()
-	return done
-}
-
 // resentByTheQueue sets a client up for LoseNextReplyThenHold: the queue,
 // not go-redis, sends a call again whose reply was lost, and the call sent
 // again waits for the release.
@@ -630,7 +600,7 @@ func TestAGrantGivenBackElsewhereIsNotHandedOver(t *testing.T) {
 		got := popAtTheLimit(t, a)
 		grant := finishHoldingItsGrant(t, b, job.ID)
 		assert.ErrorIs(t, a.Finish(ctx, job.ID), ErrNotFound)
-		next := <-got
+		next := (<-got).job(t)
 		require.NotNil(t, next)
 		b.giveBackNow(ctx, &giveBack{topic: "t", settled: []string{grant}})
 		_, err = b.Pop(ctx, "t", 0)
@@ -658,14 +628,9 @@ func finishHoldingItsGrant(t *testing.T, q *DelayQueue, id string) string {
 
 // popAtTheLimit pops a job of topic "t" from q in the background, once
 // that Pop waits at the topic's limit.
-func popAtTheLimit(t *testing.T, q *DelayQueue) <-chan *Job {
+func popAtTheLimit(t *testing.T, q *DelayQueue) <-chan popped {
 	t.Helper()
-	got := make(chan *Job, 1)
-	go func() {
-		job, err := q.Pop(context.Background(), "t", time.Minute)
-		assert.NoError(t, err)
-		got <- job
-	}()
+	got := popOneLater(q, "t", time.Minute)
 	require.Eventually(t, func() bool {
 		q.limiter.mu.Lock()
 		defer q.limiter.mu.Unlock()
@@ -799,7 +764,7 @@ func TestARecordedGrantIsNotHandedOverLocally(t *testing.T) {
 		require.NoError(t, err)
 		got := popAtTheLimit(t, b)
 		require.NoError(t, b.Finish(ctx, j1.ID), "finished where it was not popped")
-		j2 := <-got
+		j2 := (<-got).job(t)
 		require.NotNil(t, j2)
 		assert.ErrorIs(t, a.Finish(ctx, j1.ID), ErrNotFound)
 		_, err = a.Pop(ctx, "t", 0)

@@ -57,21 +57,15 @@ func TestPopEndsWithItsContextAndWithClose(t *testing.T) {
 
 func TestPopIsWokenWhenAJobBecomesReady(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		ctx := context.Background()
 		// With an hour-long safety poll, only a wake-up can deliver the
 		// job before the Pop's timeout.
 		q := newQueue(t, be.client, WithSafetyPoll(time.Hour), WithLease(time.Hour))
 		startQueue(t, q)
-		got := make(chan *Job, 1)
-		go func() {
-			job, err := q.Pop(ctx, "t", time.Minute)
-			assert.NoError(t, err)
-			got <- job
-		}()
+		got := popOneLater(q, "t", time.Minute)
 		// Wait until the Pop waits in a blocked call, then push.
 		require.Eventually(t, func() bool { return blockedFor(q, "t") }, 30*time.Second, time.Millisecond)
 		id := pushed(t, q, &Job{Topic: "t", Delay: 100 * time.Millisecond})
-		job := <-got
+		job := (<-got).job(t)
 		require.NotNil(t, job)
 		assert.Equal(t, id, job.ID)
 	})
