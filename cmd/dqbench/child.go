@@ -62,11 +62,13 @@ type childConfig struct {
 	cluster bool
 	queue   string
 	jobs    int
-	due     dueKind
-	spread  time.Duration
-	start   bool // dq: call Start; min: run the mover
-	timeout time.Duration
-	observe string // dq: what the queue has attached (-observe)
+	// producers: goroutines pushing the jobs (-producers)
+	producers int
+	due       dueKind
+	spread    time.Duration
+	start     bool // dq: call Start; min: run the mover
+	timeout   time.Duration
+	observe   string // dq: what the queue has attached (-observe)
 	// endure (dq): Redis errors of pushes, pops and finishes are retried
 	// and counted, not the end of the run, and jobs carry IDs of the
 	// child's (their numbers), so that a push retried after a lost reply
@@ -98,6 +100,7 @@ func parseChildFlags(args []string) (*childConfig, error) {
 	fs.BoolVar(&c.cluster, "cluster", false, "addrs are Redis Cluster masters")
 	fs.StringVar(&c.queue, "queue", "", "queue name")
 	fs.IntVar(&c.jobs, "jobs", 0, "jobs to push")
+	fs.IntVar(&c.producers, "producers", producers, "goroutines pushing the jobs")
 	due := fs.String("due", string(dueNow), "how jobs are due: at, now or hour")
 	fs.DurationVar(&c.spread, "spread", 0, "with -due at: jobs are due at random over this long from the base time")
 	fs.BoolVar(&c.start, "start", false, "dq: call Start; min: run the mover")
@@ -125,6 +128,8 @@ func parseChildFlags(args []string) (*childConfig, error) {
 		return nil, fmt.Errorf("unknown consumer method %q", c.method)
 	case c.due != dueAt && c.due != dueNow && c.due != dueHour:
 		return nil, fmt.Errorf("unknown due kind %q", c.due)
+	case c.producers < 1:
+		return nil, fmt.Errorf("-producers %d: at least 1", c.producers)
 	case c.observe != observeNone && c.observe != observeProm:
 		return nil, fmt.Errorf("unknown observation %q", c.observe)
 	case c.logLevel != "" && c.logLevel != "debug" && c.logLevel != "info" && c.logLevel != "warn":
@@ -282,13 +287,13 @@ func childLogger(who, level string) *slog.Logger {
 	})).With("who", who)
 }
 
-// pushAll pushes c.jobs jobs with 16 goroutines; base is the first due
-// time (Unix ms) of jobs due at a given time. It returns how many it
-// pushed, and when it began and ended in Unix µs.
+// pushAll pushes c.jobs jobs with c.producers goroutines; base is the
+// first due time (Unix ms) of jobs due at a given time. It returns how
+// many it pushed, and when it began and ended in Unix µs.
 func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int, start, end int64, err error) {
 	var pushed atomic.Int64
 	began := time.Now()
-	err = eachByProducers(ctx, c.jobs, func(ctx context.Context, i int) error {
+	err = eachByGoroutines(ctx, c.producers, c.jobs, func(ctx context.Context, i int) error {
 		var due int64
 		switch c.due {
 		case dueAt:

@@ -86,6 +86,10 @@ var layoutScenarios = []*layoutScenario{
 			{name: "missing", unit: "jobs"},
 			{name: "duplicated", unit: "jobs"},
 			{name: "pushing done before first due", unit: "ms", higherBetter: true},
+			{name: "Redis CPU per job, pushed and delivered", unit: "µs"},
+			{name: "of it, in the kernel", unit: "µs"},
+			{name: "blocked pops per job"},
+			{name: "reserve calls per job", dqOnly: true},
 		},
 		params: func(b *bench) layoutParams {
 			return layoutParams{jobs: b.lJobs, due: dueAt, margin: 3 * time.Second, spread: b.lSpread, wait: 10 * time.Second}
@@ -170,21 +174,30 @@ var throughputFigs = []figureDef{
 func (o *outcome) throughput(end time.Time) []float64 {
 	took := end.Sub(time.UnixMicro(o.push.PushStart))
 	n := float64(o.jobs)
-	empty, unclaimed, alone, perJob := math.NaN(), math.NaN(), math.NaN(), math.NaN()
-	if o.impl == "dq" {
-		var all, none, lost, idle int
-		for _, r := range o.all {
-			all, none, lost, idle = all+r.Reserves, none+r.Empty, lost+r.Unclaimed, idle+r.Alone
-		}
-		if all > 0 {
-			empty = 100 * float64(none) / float64(all)
-			unclaimed = 100 * float64(lost) / float64(all)
-			alone = 100 * float64(idle) / float64(all)
-		}
-		perJob = float64(all) / n
-	}
+	empty, unclaimed, alone, perJob := o.reserveCalls()
 	return []float64{n / took.Seconds(), float64(o.calls.sent) / n, float64(o.calls.run) / n, o.calls.cpu / n * 1e6,
 		o.calls.sys / n * 1e6, float64(o.calls.scripts) / n, float64(o.calls.blocked) / n, empty, unclaimed, alone, perJob}
+}
+
+// reserveCalls is, for the queue, the share of its processes' reserve
+// calls that found no job, that came only to claim signals and found them
+// taken, and that found no job and carried no finish (%), and the reserve
+// calls per job; NaN for the baseline.
+func (o *outcome) reserveCalls() (empty, unclaimed, alone, perJob float64) {
+	empty, unclaimed, alone, perJob = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	if o.impl != "dq" {
+		return
+	}
+	var all, none, lost, idle int
+	for _, r := range o.all {
+		all, none, lost, idle = all+r.Reserves, none+r.Empty, lost+r.Unclaimed, idle+r.Alone
+	}
+	if all > 0 {
+		empty = 100 * float64(none) / float64(all)
+		unclaimed = 100 * float64(lost) / float64(all)
+		alone = 100 * float64(idle) / float64(all)
+	}
+	return empty, unclaimed, alone, float64(all) / float64(o.jobs)
 }
 
 func latenessFigures(o *outcome) ([]float64, error) {
@@ -198,12 +211,15 @@ func latenessFigures(o *outcome) ([]float64, error) {
 	if margin <= 0 {
 		fmt.Fprintf(os.Stderr, "dqbench: l, %s: pushing ended %v after the first due time\n", o.impl, -margin)
 	}
+	n := float64(o.jobs)
+	_, _, _, reserves := o.reserveCalls()
 	return []float64{
 		percentile(g.lates, 50), percentile(g.lates, 99), percentile(g.lates, 100),
 		early,
 		float64(o.jobs - g.distinct),
 		float64(g.total - g.distinct),
 		float64(margin.Microseconds()) / 1000,
+		o.calls.cpu / n * 1e6, o.calls.sys / n * 1e6, float64(o.calls.blocked) / n, reserves,
 	}, nil
 }
 
@@ -225,7 +241,7 @@ func (b *bench) runLayout(ctx context.Context, s *layoutScenario, topology, meth
 	defer f.kill()
 	args := []string{
 		"-addrs", strings.Join(b.addrs, ","), "-queue", b.queueName(s.id),
-		"-impl", impl, "-jobs", strconv.Itoa(prm.jobs),
+		"-impl", impl, "-jobs", strconv.Itoa(prm.jobs), "-producers", strconv.Itoa(b.producers),
 		"-due", string(prm.due), "-spread", prm.spread.String(),
 		"-timeout", (prm.margin + prm.spread + prm.wait + time.Minute).String(),
 		"-cluster=" + strconv.FormatBool(b.cluster),

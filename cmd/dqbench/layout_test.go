@@ -234,3 +234,15 @@ func TestChurnFiguresSetApartTheJobsAKilledProcessHeld(t *testing.T) {
 	_, err = churnFigures(&outcome{jobs: 3, got: r})
 	assert.Error(t, err, "no process killed: not a churn run")
 }
+
+func TestAProducerChildPushesWithTheGoroutinesItIsGiven(t *testing.T) {
+	args := []string{"-role", "producer", "-addrs", "127.0.0.1:1", "-queue", "q"}
+	c, err := parseChildFlags(args)
+	require.NoError(t, err)
+	assert.Equal(t, producers, c.producers, "the default")
+	c, err = parseChildFlags(append(args, "-producers", "128"))
+	require.NoError(t, err)
+	assert.Equal(t, 128, c.producers)
+	_, err = parseChildFlags(append(args, "-producers", "0"))
+	assert.ErrorContains(t, err, "-producers 0")
+}

@@ -102,6 +102,7 @@ type bench struct {
 	lSpread   time.Duration // L's jobs are due over this long
 	cSpread   time.Duration // C's jobs are due over this long
 	consumers int           // consumer processes in the multi topology
+	producers int           // goroutines of the producer process pushing L and E's jobs
 	callerIDs bool          // -ids caller: L and E's jobs carry IDs of the producer's
 	// killSignal is how the takeover scenario ends the lease holder.
 	killSignal syscall.Signal
@@ -154,6 +155,7 @@ func run(ctx context.Context) error {
 	b := &bench{}
 	flag.IntVar(&b.lJobs, "l-jobs", 20_000, "jobs in L")
 	flag.IntVar(&b.consumers, "consumers", 3, "consumer processes in the multi topology")
+	flag.IntVar(&b.producers, "producers", producers, "goroutines of the producer process that push the layout scenarios' jobs, each one job at a time (the queue's pushes group those that wait into one call)")
 	ids := flag.String("ids", "generated", "IDs of L and E's jobs: generated (by the queue) or caller (the producer's own, j<n>)")
 	killWith := flag.String("k-signal", "kill", "how K ends the lease holder, and C its workers: kill (SIGKILL) or stop (SIGSTOP, frozen)")
 	flag.DurationVar(&b.cSpread, "c-spread", time.Minute, "C's jobs are due at random over this long, from 3 s after pushing began; processes are killed until 5 s before its end")
@@ -225,6 +227,8 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-l-jobs %d: at least 1", b.lJobs)
 	case b.consumers < 1:
 		return fmt.Errorf("-consumers %d: at least 1", b.consumers)
+	case b.producers < 1:
+		return fmt.Errorf("-producers %d: at least 1", b.producers)
 	case *ids != "generated" && *ids != "caller":
 		return fmt.Errorf("-ids %q: generated or caller", *ids)
 	case *killWith != "kill" && *killWith != "stop":

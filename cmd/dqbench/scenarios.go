@@ -72,9 +72,14 @@ func (b *bench) close(ctx context.Context, q *delayqueue.DelayQueue) error {
 // eachByProducers calls f for 0 to n-1 from 16 producer goroutines, each
 // taking the next number, until all are done or one fails.
 func eachByProducers(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	return eachByGoroutines(ctx, producers, n, f)
+}
+
+// eachByGoroutines is eachByProducers with g goroutines.
+func eachByGoroutines(ctx context.Context, goroutines, n int, f func(ctx context.Context, i int) error) error {
 	var next atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
-	for range producers {
+	for range goroutines {
 		g.Go(func() error {
 			for {
 				i := int(next.Add(1)) - 1
