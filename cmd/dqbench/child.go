@@ -62,7 +62,7 @@ type childConfig struct {
 	cluster bool
 	queue   string
 	jobs    int
-	// producers: goroutines pushing the jobs (-producers)
+	// producers: goroutines pushing the jobs (-producers; 0: the default)
 	producers int
 	due       dueKind
 	spread    time.Duration
@@ -287,13 +287,18 @@ func childLogger(who, level string) *slog.Logger {
 	})).With("who", who)
 }
 
-// pushAll pushes c.jobs jobs with c.producers goroutines; base is the
-// first due time (Unix ms) of jobs due at a given time. It returns how
-// many it pushed, and when it began and ended in Unix µs.
+// pushAll pushes c.jobs jobs with c.producers goroutines (0: the
+// default, producers); base is the first due time (Unix ms) of jobs due
+// at a given time. It returns how many it pushed, and when it began and
+// ended in Unix µs.
 func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int, start, end int64, err error) {
 	var pushed atomic.Int64
 	began := time.Now()
-	err = eachByGoroutines(ctx, c.producers, c.jobs, func(ctx context.Context, i int) error {
+	goroutines := c.producers
+	if goroutines == 0 {
+		goroutines = producers
+	}
+	err = eachByGoroutines(ctx, goroutines, c.jobs, func(ctx context.Context, i int) error {
 		var due int64
 		switch c.due {
 		case dueAt:
