@@ -631,11 +631,22 @@ func finishHoldingItsGrant(t *testing.T, q *DelayQueue, id string) string {
 func popAtTheLimit(t *testing.T, q *DelayQueue) <-chan popped {
 	t.Helper()
 	got := popOneLater(q, "t", time.Minute)
+	var early *popped // a Pop that returned before it waited
 	require.Eventually(t, func() bool {
+		select {
+		case p := <-got:
+			early = &p
+			return true
+		default:
+		}
 		q.limiter.mu.Lock()
 		defer q.limiter.mu.Unlock()
 		return len(q.limiter.waiting["t"]) == 1
 	}, 30*time.Second, time.Millisecond, "the Pop waits at the limit")
+	if early != nil {
+		require.NoError(t, early.err, "the Pop ended before it waited at the limit")
+		require.FailNow(t, "the Pop got a job before it waited at the limit")
+	}
 	return got
 }
 

@@ -102,7 +102,7 @@ type bench struct {
 	lSpread   time.Duration // L's jobs are due over this long
 	cSpread   time.Duration // C's jobs are due over this long
 	consumers int           // consumer processes in the multi topology
-	producers int           // goroutines of the producer process pushing L and E's jobs
+	producers int           // goroutines of the producer process pushing the layout scenarios' jobs
 	callerIDs bool          // -ids caller: L and E's jobs carry IDs of the producer's
 	// killSignal is how the takeover scenario ends the lease holder.
 	killSignal syscall.Signal
