@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -294,11 +295,7 @@ func childLogger(who, level string) *slog.Logger {
 func (c *childConfig) pushAll(ctx context.Context, d design, base int64) (n int, start, end int64, err error) {
 	var pushed atomic.Int64
 	began := time.Now()
-	goroutines := c.producers
-	if goroutines == 0 {
-		goroutines = producers
-	}
-	err = eachByGoroutines(ctx, goroutines, c.jobs, func(ctx context.Context, i int) error {
+	err = eachByGoroutines(ctx, cmp.Or(c.producers, producers), c.jobs, func(ctx context.Context, i int) error {
 		var due int64
 		switch c.due {
 		case dueAt:

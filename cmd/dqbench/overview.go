@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -280,11 +279,8 @@ func (b *bench) redisTime(ctx context.Context) (redisUse, error) {
 		if err != nil {
 			return redisUse{}, fmt.Errorf("info: %w", err)
 		}
-		for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
-			v, _ := infoField(info, field)
-			secs, _ := strconv.ParseFloat(v, 64)
-			u.cpu += secs
-		}
+		user, sys := usedCPU(info)
+		u.cpu += user + sys
 		u.scripts += float64(scriptStatUsec(info)) / 1e6
 	}
 	return u, nil

@@ -88,16 +88,22 @@ func (b *bench) countCommands(ctx context.Context, inScripts map[string]bool) (c
 		n = n.add(parseCommandStats(info, inScripts))
 		n.scripts += scriptStatUsec(info)
 		n.blocked += statCalls(info, "cmdstat_blmpop") + statCalls(info, "cmdstat_blpop")
-		for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
-			v, _ := infoField(info, field)
-			secs, _ := strconv.ParseFloat(v, 64)
-			n.cpu += secs
-			if field == "used_cpu_sys" {
-				n.sys += secs
-			}
-		}
+		user, sys := usedCPU(info)
+		n.cpu += user + sys
+		n.sys += sys
 	}
 	return n, nil
+}
+
+// usedCPU reads INFO cpu's CPU time of the server, in seconds: in user
+// space and in the kernel.
+func usedCPU(info string) (user, sys float64) {
+	secs := func(field string) float64 {
+		v, _ := infoField(info, field)
+		f, _ := strconv.ParseFloat(v, 64)
+		return f
+	}
+	return secs("used_cpu_user"), secs("used_cpu_sys")
 }
 
 func (c commandCount) add(d commandCount) commandCount {
