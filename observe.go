@@ -86,6 +86,11 @@ const (
 	// EventSnoozed: a job was put back by Snooze, its attempt not counted;
 	// its EventHandled (under Consume) carries the SnoozeError.
 	EventSnoozed
+	// EventTickFailed: the next tick of a schedule could not be computed
+	// (Err says why: a zone this process cannot load, say). That schedule
+	// pushes nothing and is tried again a minute later (Schedules gives
+	// that time as its Next); the bucket's jobs and other schedules go on.
+	EventTickFailed
 )
 
 // An Event is one thing the queue did. Which fields are set depends on
@@ -100,8 +105,9 @@ type Event struct {
 	// (Consume's, and Finish calls made meanwhile). A call that found no
 	// job but carried finishes did a finish's work all the same.
 	Finishes int
-	// Schedule and Missed are EventTick's: the schedule's name, and how
-	// many of its ticks came while no process fired it.
+	// Schedule and Missed are EventTick's: the schedule's name (also
+	// EventTickFailed's), and how many of its ticks came while no process
+	// fired it.
 	Schedule string
 	Missed   int
 	Existed  bool // EventPushed
@@ -117,7 +123,7 @@ type Event struct {
 	// time is not known (a reserve call re-sent after a lost reply).
 	Lateness time.Duration
 	Duration time.Duration // EventHandled
-	Err      error         // EventHandled, EventRetried, EventDead
+	Err      error         // EventHandled, EventRetried, EventDead, EventTickFailed
 }
 
 // observe reports e when an Observer is set.

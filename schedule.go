@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/dqueue/delayqueue/internal/tick"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,7 +54,9 @@ type Schedule struct {
 	// creates it paused when set; Schedules reports it.
 	Paused bool
 	// Next is the next tick, whose job is pushed already; zero while
-	// paused. Read back by Schedules.
+	// paused. While the schedule's ticks cannot be computed
+	// (EventTickFailed), it is when they are tried again, and no job is
+	// pushed. Read back by Schedules.
 	Next time.Time
 	// Last is the latest tick that came; zero before the first. Read back
 	// by Schedules.
@@ -74,6 +77,9 @@ type scheduleDef struct {
 	Attempts int               `json:"max_attempts,omitempty"`
 	Dedup    int64             `json:"dedup_ms,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"`
+	// Retry: the schedule's next look is a retry after a tick that could
+	// not be computed (schedule_tick.go), not a tick.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // Schedule creates the schedule named s.Name, or replaces it: its next
@@ -89,7 +95,7 @@ func (q *DelayQueue) Schedule(ctx context.Context, s Schedule) error {
 	if err != nil {
 		return err
 	}
-	return q.changeSchedule(ctx, s.Name, func(cur *scheduleDef) (*scheduleDef, tickSpec, error) {
+	return q.changeSchedule(ctx, s.Name, func(cur *scheduleDef) (*scheduleDef, tick.Spec, error) {
 		return def, spec, nil
 	})
 }
@@ -123,13 +129,13 @@ func (q *DelayQueue) changeExisting(ctx context.Context, name string, change fun
 	if err := validateScheduleName(name); err != nil {
 		return err
 	}
-	return q.changeSchedule(ctx, name, func(cur *scheduleDef) (*scheduleDef, tickSpec, error) {
+	return q.changeSchedule(ctx, name, func(cur *scheduleDef) (*scheduleDef, tick.Spec, error) {
 		if cur == nil {
-			return nil, tickSpec{}, fmt.Errorf("%w: no schedule %q", ErrNotFound, name)
+			return nil, tick.Spec{}, fmt.Errorf("%w: no schedule %q", ErrNotFound, name)
 		}
 		def := change(cur)
 		if def == nil {
-			return nil, tickSpec{}, nil
+			return nil, tick.Spec{}, nil
 		}
 		spec, err := def.spec()
 		return def, spec, err
@@ -143,7 +149,7 @@ const maxScheduleTries = 20
 // changeSchedule reads the schedule named name, has change say what it
 // becomes (nil: deleted), and writes that with schedule.lua, reading again
 // when it changed meanwhile.
-func (q *DelayQueue) changeSchedule(ctx context.Context, name string, change func(cur *scheduleDef) (*scheduleDef, tickSpec, error)) error {
+func (q *DelayQueue) changeSchedule(ctx context.Context, name string, change func(cur *scheduleDef) (*scheduleDef, tick.Spec, error)) error {
 	b := bucketOf(name, q.opts.buckets)
 	bk := q.keys.bucket(b)
 	for range maxScheduleTries {
@@ -175,14 +181,18 @@ func (q *DelayQueue) changeSchedule(ctx context.Context, name string, change fun
 			w.takeBack = q.tickID(name, ms)
 		}
 		if def != nil {
+			def.Retry = false // its next tick is computed here
 			enc, err := json.Marshal(def)
 			if err != nil {
 				return fmt.Errorf("delayqueue: schedule %q: %w", name, err)
 			}
 			w.newDef = string(enc)
 			if !def.Paused {
-				first := spec.next(clock.Val().UnixMilli())
-				if first < 0 {
+				first, err := spec.Next(clock.Val().UnixMilli())
+				if err != nil {
+					return fmt.Errorf("%w: %q: %w", ErrInvalidSchedule, name, err)
+				}
+				if first == tick.None {
 					return fmt.Errorf("%w: %q never ticks", ErrInvalidSchedule, name)
 				}
 				if w.jobs, err = q.tickJobs(name, def, first); err != nil {
@@ -280,45 +290,48 @@ func (q *DelayQueue) Schedules(ctx context.Context) ([]Schedule, error) {
 }
 
 // checkSchedule validates s and returns what is stored of it.
-func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tickSpec, error) {
+func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tick.Spec, error) {
 	if err := validateScheduleName(s.Name); err != nil {
-		return nil, tickSpec{}, err
+		return nil, tick.Spec{}, err
 	}
 	// Checked here, where a schedule is made, and not where one is named:
 	// one made before this check can still be paused and unscheduled.
 	if !utf8.ValidString(s.Name) {
-		return nil, tickSpec{}, fmt.Errorf("%w: Name %q is not UTF-8", ErrInvalidSchedule, s.Name)
+		return nil, tick.Spec{}, fmt.Errorf("%w: Name %q is not UTF-8", ErrInvalidSchedule, s.Name)
 	}
 	loc, zone := "UTC", s.Location
 	if s.Location != nil {
 		loc = s.Location.String()
 		if s.Location == time.Local || loc == "Local" {
-			return nil, tickSpec{}, fmt.Errorf("%w: Location Local differs by process: name a zone (time.LoadLocation)", ErrInvalidSchedule)
+			return nil, tick.Spec{}, fmt.Errorf("%w: Location Local differs by process: name a zone (time.LoadLocation)", ErrInvalidSchedule)
 		}
 		var err error
-		if zone, err = time.LoadLocation(loc); err != nil {
-			return nil, tickSpec{}, fmt.Errorf("%w: Location %q: %w", ErrInvalidSchedule, loc, err)
+		if zone, err = loadLocation(loc); err != nil {
+			return nil, tick.Spec{}, fmt.Errorf("%w: Location %q: %w", ErrInvalidSchedule, loc, err)
 		}
 		// Only the name is stored, and every process ticks by the zone
 		// it names: a zone of its own under that name would tick
 		// elsewhere (time.FixedZone("UTC", 5*3600), say).
 		if !sameZone(s.Location, zone) {
-			return nil, tickSpec{}, fmt.Errorf("%w: Location %q is not the zone of that name (time.LoadLocation)", ErrInvalidSchedule, loc)
+			return nil, tick.Spec{}, fmt.Errorf("%w: Location %q is not the zone of that name (time.LoadLocation)", ErrInvalidSchedule, loc)
 		}
 	}
-	spec, err := parseSpec(s.Every, s.Cron, zone)
+	spec, err := tick.Parse(s.Every, s.Cron, zone)
 	if err != nil {
-		return nil, tickSpec{}, err
+		return nil, tick.Spec{}, fmt.Errorf("%w: %w", ErrInvalidSchedule, err)
 	}
 	// Paused or not: a schedule that could never tick is refused now, not
 	// when it is resumed.
-	if spec.next(time.Now().UnixMilli()) < 0 {
-		return nil, tickSpec{}, fmt.Errorf("%w: %q never ticks", ErrInvalidSchedule, s.Name)
+	switch next, err := spec.Next(time.Now().UnixMilli()); {
+	case err != nil:
+		return nil, tick.Spec{}, fmt.Errorf("%w: %q: %w", ErrInvalidSchedule, s.Name, err)
+	case next == tick.None:
+		return nil, tick.Spec{}, fmt.Errorf("%w: %q never ticks", ErrInvalidSchedule, s.Name)
 	}
 	j := s.Job
 	switch {
 	case j.ID != "" || j.Delay != 0 || !j.RunAt.IsZero():
-		return nil, tickSpec{}, within(ErrInvalidSchedule, fmt.Errorf("%w: a schedule's Job takes its ID and due time from its ticks", ErrInvalidJob))
+		return nil, tick.Spec{}, within(ErrInvalidSchedule, fmt.Errorf("%w: a schedule's Job takes its ID and due time from its ticks", ErrInvalidJob))
 	}
 	// The job as a tick would push it, checked as Push checks a job before
 	// its durations are stored in whole milliseconds: refused now, not at
@@ -326,7 +339,7 @@ func (q *DelayQueue) checkSchedule(s Schedule) (*scheduleDef, tickSpec, error) {
 	now := time.Now().UnixMilli()
 	if _, err := q.opts.prepare(&Job{ID: q.tickID(s.Name, now), Topic: j.Topic, Body: j.Body, Headers: j.Headers,
 		RunAt: time.UnixMilli(now), TTR: j.TTR, MaxAttempts: j.MaxAttempts, DedupWindow: j.DedupWindow}); err != nil {
-		return nil, tickSpec{}, within(ErrInvalidSchedule, err)
+		return nil, tick.Spec{}, within(ErrInvalidSchedule, err)
 	}
 	def := &scheduleDef{Every: s.Every.Milliseconds(), Cron: strings.TrimSpace(s.Cron), Location: loc, Paused: s.Paused,
 		Topic: j.Topic, Body: j.Body, TTR: ceilMs(j.TTR), Attempts: j.MaxAttempts, Dedup: ceilMs(j.DedupWindow), Headers: j.Headers}
@@ -371,24 +384,32 @@ func validateScheduleName(name string) error {
 }
 
 // spec parses a stored schedule's tick rule.
-func (d *scheduleDef) spec() (tickSpec, error) {
+func (d *scheduleDef) spec() (tick.Spec, error) {
 	loc, err := d.location()
 	if err != nil {
-		return tickSpec{}, err
+		return tick.Spec{}, err
 	}
-	return parseSpec(time.Duration(d.Every)*time.Millisecond, d.Cron, loc)
+	spec, err := tick.Parse(time.Duration(d.Every)*time.Millisecond, d.Cron, loc)
+	if err != nil {
+		return tick.Spec{}, fmt.Errorf("delayqueue: stored schedule: %w", err)
+	}
+	return spec, nil
 }
 
 func (d *scheduleDef) location() (*time.Location, error) {
 	if d.Location == "" {
 		return time.UTC, nil
 	}
-	loc, err := time.LoadLocation(d.Location)
+	loc, err := loadLocation(d.Location)
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: schedule's Location %q: %w", d.Location, err)
 	}
 	return loc, nil
 }
+
+// loadLocation finds a time zone by name, as every process does for the
+// schedules it fires: time.LoadLocation (tests choose the zone database).
+var loadLocation = time.LoadLocation
 
 // schedule is the Schedule d stores, without its ticks.
 func (d *scheduleDef) schedule(name string) Schedule {

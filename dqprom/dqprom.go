@@ -105,6 +105,7 @@ type Metrics struct {
 
 	pushed, moved, delivered, finished, retried, dead *prometheus.CounterVec
 	reserveCalls, ticks, missed, snoozed, limitWaits  *prometheus.CounterVec
+	tickErrors                                        *prometheus.CounterVec
 	lateness, duration                                *prometheus.HistogramVec
 
 	// topics maps a topic to its series, so that an event looks its
@@ -162,6 +163,8 @@ func New(opts Options) *Metrics {
 	m.ticks = counter("delayqueue_schedule_ticks_total", "Ticks of schedules that came and were fired, by their job's topic.")
 	m.missed = counter("delayqueue_schedule_ticks_missed_total",
 		"Ticks of schedules skipped because no started process reached Redis at their time.")
+	m.tickErrors = counter("delayqueue_schedule_tick_errors_total",
+		"Looks at a schedule whose next tick could not be computed, by its job's topic: the schedule waits a minute and pushes nothing.")
 	m.lateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        "delayqueue_delivery_lateness_seconds",
 		Help:        "How long after its due time a job was reserved, on the Redis server's clock.",
@@ -219,6 +222,8 @@ func (m *Metrics) Observe(_ context.Context, e delayqueue.Event) {
 	case delayqueue.EventTick: // rare: no cached series
 		m.ticks.WithLabelValues(e.Topic).Add(float64(e.Count))
 		m.missed.WithLabelValues(e.Topic).Add(float64(e.Missed))
+	case delayqueue.EventTickFailed: // rare: no cached series
+		m.tickErrors.WithLabelValues(e.Topic).Inc()
 	case delayqueue.EventSnoozed:
 		s.snoozed.Inc()
 	case delayqueue.EventLimited:
@@ -274,7 +279,7 @@ func (m *Metrics) series(topic string) *topicSeries {
 
 // collectors are the vectors, for Describe and Collect.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.ticks, m.missed, m.snoozed, m.limitWaits, m.lateness, m.duration}
+	return []prometheus.Collector{m.pushed, m.moved, m.delivered, m.finished, m.retried, m.dead, m.reserveCalls, m.ticks, m.missed, m.tickErrors, m.snoozed, m.limitWaits, m.lateness, m.duration}
 }
 
 // Describe sends the descriptors of the counters and histograms.

@@ -201,6 +201,11 @@ func TestScheduleTicksFiredAndMissedAreCounted(t *testing.T) {
 	got := scrape(t, reg)
 	assert.Equal(t, 2.0, value(t, got, "delayqueue_schedule_ticks_total", "topic", "t"))
 	assert.Equal(t, 59.0, value(t, got, "delayqueue_schedule_ticks_missed_total", "topic", "t"))
+
+	m.Observe(ctx, delayqueue.Event{Kind: delayqueue.EventTickFailed, Topic: "t", Schedule: "s", Err: errors.New("no zone")})
+	got = scrape(t, reg)
+	assert.Equal(t, 1.0, value(t, got, "delayqueue_schedule_tick_errors_total", "topic", "t"))
+	assert.Equal(t, 2.0, value(t, got, "delayqueue_schedule_ticks_total", "topic", "t"), "a failed tick is no tick")
 }
 
 // A reserve call that came only to claim signals and found them taken is
