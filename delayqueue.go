@@ -138,7 +138,7 @@ func New(client redis.UniversalClient, opts ...Option) (*DelayQueue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: open queue %q: %w", o.name, err)
 	}
-	q.probeFunctions(ctx)
+	q.loadFunctions(ctx, o.logger)
 	if o.noInstance && rec.buckets == 0 {
 		return nil, fmt.Errorf("%w: no queue %q on this Redis", ErrNotFound, o.name)
 	}

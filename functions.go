@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -14,69 +15,90 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis 7 and Valkey run each script as a function: its library, loaded
-// once per server, defines the script's helpers once, where a script run
-// by SHA defines them again on every call (a reserve call of one job spent
-// about a tenth of its time on it). Each script is a library of its own,
-// named by the SHA1 of its text, so processes that run different versions
-// of the scripts share a server. New asks the server whether it runs
-// functions. One that lacks a library (it restarted without persistence, a
-// new Cluster master, FUNCTION FLUSH) is sent it by the first call that
-// misses it. Where functions are refused (Redis 6, miniredis, an ACL
-// without FCALL or FUNCTION LOAD) the scripts run by SHA; and for a minute
-// after a library could not be loaded (a server at maxmemory) or did not
-// reach the call's server, or the server refused functions since.
+// Redis 7 and Valkey run each script as a function: the scripts of this
+// version are one library, which defines their shared helpers once, where
+// a script run by SHA defines them again on every call (a reserve call of
+// one job spent about a tenth of its time on it). The library is named by
+// the SHA1 of its text, and its functions by the library, so processes
+// that run different versions share a server. New loads it on every
+// server, and the scripts run as functions where that load succeeds; they
+// run by SHA where it does not (Redis 6, miniredis, an ACL without
+// FUNCTION or FCALL). A server that lacks the library later (it restarted
+// without persistence, a new Cluster master, FUNCTION FLUSH) is sent it
+// again by the first call that misses it; where that cannot be done (a
+// server at maxmemory, a load that did not reach the call's server), the
+// scripts run by SHA for a minute.
 
-// functionPrefix opens the name of every function of the queue, and of
-// its library.
+// functionPrefix opens the name of every library of the queue, and of
+// its functions.
 const functionPrefix = "dq_"
 
 // functionsPause is how long the scripts run by SHA after a call could
 // not use its function, before they are tried as functions again.
 const functionsPause = time.Minute
 
-// functionOf returns a script as a function: its name, and the library of
-// that one function. The library defines the script's helpers on its first
-// call (Redis 7.0 lets a library's own code, when loaded, reach no global
-// but redis), and keeps them for the calls after; the script's own lines
-// become the function's body, with KEYS and ARGV as its arguments. Its
-// flags are the script's flags line's. The name is the SHA1 of the
-// library's text (without its name), so that a library changes its name
-// whenever it changes.
-func functionOf(flags, libs, body string) (name, lib string) {
-	var quoted []string
-	if list, ok := strings.CutPrefix(strings.TrimSpace(strings.TrimPrefix(flags, "#!lua")), "flags="); ok {
-		for _, f := range strings.Split(list, ",") {
-			quoted = append(quoted, "'"+f+"'")
-		}
+// functionLibrary is this version's library: its name and its text.
+type functionLibrary struct{ name, text string }
+
+// library returns the library of every script (allScripts), built once.
+// Its helpers are defined on the first call of any of its functions
+// (Redis 7.0 lets a library's own code, when loaded, reach no global but
+// redis), each library file once, and kept for the calls after; each
+// script's own lines become a function of KEYS and ARGV. Each function
+// has its script's flags.
+var library = sync.OnceValue(func() functionLibrary {
+	var includes []string
+	for _, s := range allScripts {
+		includes = append(includes, s.includes...)
+	}
+	helpers, _, err := includedLibs(scriptFiles, "the library", includeLine+strings.Join(includes, " ")+"\n")
+	if err != nil {
+		panic(err)
 	}
 	const unnamed = "%NAME%"
-	lib = fmt.Sprintf(`#!lua name=%s
-local function define()
-%s
-return function(KEYS, ARGV)
-%s
-end
-end
-local main
-redis.register_function{function_name = '%s', flags = {%s}, callback = function(keys, args)
-  main = main or define()
-  return main(keys, args)
-end}
-`, unnamed, libs, body, unnamed, strings.Join(quoted, ", "))
-	sum := sha1.Sum([]byte(lib))
-	name = functionPrefix + hex.EncodeToString(sum[:])
-	return name, strings.ReplaceAll(lib, unnamed, name)
-}
-
-// probeFunctions asks the server whether it runs functions: it answers a
-// call of a function it does not have with "Function not found".
-func (q *DelayQueue) probeFunctions(ctx context.Context) {
-	if q.plain {
-		return // miniredis has no functions either
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!lua name=%s\nlocal function define()\n%s\nreturn {\n", unnamed, helpers)
+	for _, s := range allScripts {
+		fmt.Fprintf(&b, "[%q] = function(KEYS, ARGV)\n%s\nend,\n", s.name, withoutComments(s.body))
 	}
-	err := q.client.FCall(ctx, functionPrefix+"probe", nil).Err()
-	q.functions.Store(functionMissing(err))
+	b.WriteString("}\nend\nlocal fns\nlocal function run(name)\n" +
+		"  return function(keys, args)\n    fns = fns or define()\n    return fns[name](keys, args)\n  end\nend\n")
+	for _, s := range allScripts {
+		var quoted []string
+		if list, ok := strings.CutPrefix(strings.TrimSpace(strings.TrimPrefix(s.flags, "#!lua")), "flags="); ok {
+			for _, f := range strings.Split(list, ",") {
+				quoted = append(quoted, "'"+f+"'")
+			}
+		}
+		fmt.Fprintf(&b, "redis.register_function{function_name = '%s_%s', flags = {%s}, callback = run(%q)}\n",
+			unnamed, s.name, strings.Join(quoted, ", "), s.name)
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	name := functionPrefix + hex.EncodeToString(sum[:])
+	return functionLibrary{name: name, text: strings.ReplaceAll(b.String(), unnamed, name)}
+})
+
+// fn is the name of s's function in the library.
+func (s *luaScript) fn() string { return library().name + "_" + s.name }
+
+// loadFunctions loads the library on every server (eachServer) that does
+// not hold it yet, and has the scripts run as functions when every server
+// holds it then: what New chooses by.
+func (q *DelayQueue) loadFunctions(ctx context.Context, log *slog.Logger) {
+	if q.plain {
+		return // miniredis has no functions
+	}
+	err := q.eachServer(ctx, func(ctx context.Context, c redis.Cmdable) error {
+		held, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: library().name}).Result()
+		if err != nil || len(held) > 0 {
+			return err
+		}
+		return c.FunctionLoadReplace(ctx, library().text).Err()
+	})
+	if err != nil {
+		log.Info("delayqueue: the scripts run by SHA: the server did not load their function library", attrError, err)
+	}
+	q.functions.Store(err == nil)
 }
 
 // usesFunctions reports whether the scripts run as functions now.
@@ -90,36 +112,30 @@ func (q *DelayQueue) pauseFunctions() {
 }
 
 // runScript runs script s over keys: as a function where the server takes
-// them (loading its library where the server lacks it), by SHA elsewhere.
+// them (loading the library where the server lacks it), by SHA elsewhere.
 func (q *DelayQueue) runScript(ctx context.Context, s *luaScript, keys []string, args ...any) *redis.Cmd {
 	if q.usesFunctions() {
-		cmd := q.client.FCall(ctx, s.fn, keys, args...)
-		switch err := cmd.Err(); {
-		case functionMissing(err):
-			if q.loadFunction(ctx, s) == nil {
-				if cmd = q.client.FCall(ctx, s.fn, keys, args...); !functionMissing(cmd.Err()) {
-					return cmd
-				}
-			}
-			// Not loaded, or loaded where the call does not go (a
-			// client whose servers the queue cannot reach one by one).
-			q.pauseFunctions()
-		case functionsRefused(err):
-			q.pauseFunctions()
-		default:
+		cmd := q.client.FCall(ctx, s.fn(), keys, args...)
+		if !functionMissing(cmd.Err()) {
 			return cmd
 		}
+		if q.loadLibrary(ctx) == nil {
+			if cmd = q.client.FCall(ctx, s.fn(), keys, args...); !functionMissing(cmd.Err()) {
+				return cmd
+			}
+		}
+		// Not loaded, or loaded where the call does not go (a client
+		// whose servers the queue cannot reach one by one).
+		q.pauseFunctions()
 	}
 	return s.on(q.plain).Run(ctx, q.client, keys, args...)
 }
 
-// loadFunction loads the library of s on every server (eachServer).
-func (q *DelayQueue) loadFunction(ctx context.Context, s *luaScript) error {
+// loadLibrary loads the library on every server (eachServer), replacing
+// the one of the same name, so that loads made together never clash.
+func (q *DelayQueue) loadLibrary(ctx context.Context) error {
 	return q.eachServer(ctx, func(ctx context.Context, c redis.Cmdable) error {
-		if err := c.FunctionLoad(ctx, s.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-			return err
-		}
-		return nil
+		return c.FunctionLoadReplace(ctx, library().text).Err()
 	})
 }
 
@@ -136,9 +152,6 @@ func (q *DelayQueue) eachServer(ctx context.Context, f func(context.Context, red
 		return f(ctx, c)
 	}
 }
-
-// ourFunctions are the names of this version's functions (loadScript).
-var ourFunctions = map[string]bool{}
 
 // isQueueFunction reports whether name is the name of a function of some
 // version of this package: functionPrefix and a SHA1 in hex.
@@ -204,7 +217,7 @@ func (q *DelayQueue) staleFunctions(ctx context.Context, del func(context.Contex
 			return redisError(err)
 		}
 		for _, l := range libs {
-			if !isQueueFunction(l.Name) || ourFunctions[l.Name] {
+			if !isQueueFunction(l.Name) || l.Name == library().name {
 				continue
 			}
 			if del != nil {
@@ -230,10 +243,9 @@ func (q *DelayQueue) staleFunctions(ctx context.Context, del func(context.Contex
 }
 
 // notRun reports whether err says a script call was not run, and may be
-// sent again as it is: the server lacks its script or its function, or
-// refuses functions.
+// sent again as it is: the server lacks its script or its function.
 func notRun(err error) bool {
-	return redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err)
+	return redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err)
 }
 
 // functionMissing reports whether err says the server lacks the function
@@ -241,26 +253,4 @@ func notRun(err error) bool {
 func functionMissing(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "ERR Function not found")
-}
-
-// functionsRefused reports whether err says the server does not run or
-// load functions, or not for this client: FCALL or FUNCTION is an unknown
-// command, or one the client may not run. A script's own error (an unknown
-// command called from a script, a key the user may not touch) is not one.
-func functionsRefused(err error) bool {
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	msg := reply.Error()
-	if !strings.HasPrefix(msg, "ERR unknown command") && !strings.HasPrefix(msg, "NOPERM") {
-		return false
-	}
-	lower := strings.ToLower(msg)
-	for _, name := range []string{"'fcall'", "`fcall`", "'function", "`function"} {
-		if strings.Contains(lower, name) {
-			return true
-		}
-	}
-	return false
 }

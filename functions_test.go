@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -41,30 +40,31 @@ func libraries(t *testing.T, c redis.Cmdable) []string {
 	return names
 }
 
-// Every script file is a library that Redis loads: a helper too many for
-// a function's upvalues, or a global the library reaches as it loads,
-// would fail here rather than on the first call of a rarely run script.
-func TestEveryScriptLoadsAsAFunction(t *testing.T) {
+// The library of every script loads, and its helpers are defined on a
+// first call: a helper too many for a function's upvalues, a name two
+// library files define, or a global the library reaches as it loads, fails
+// here rather than on the first call of a rarely run script.
+func TestTheLibraryLoadsAndDefinesEveryScript(t *testing.T) {
 	ctx := context.Background()
 	c := redistest.Start(t).Client(t)
 	q := newQueue(t, c)
 	require.True(t, q.usesFunctions())
+	assert.Equal(t, []string{library().name}, libraries(t, c), "one library, loaded by New")
 	files, err := fs.Glob(scriptFiles, "scripts/*.lua")
 	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, f := range files {
-		s := loadScript(path.Base(f))
-		require.NoError(t, q.loadFunction(ctx, s), f)
-		assert.Contains(t, libraries(t, c), s.fn, f)
-		// Its first call defines its helpers: a global they reach, or
+	require.Len(t, allScripts, len(files), "every script file is a function")
+	for _, s := range allScripts {
+		// Its first call defines the helpers: a global they reach, or
 		// one missing, fails here. The call itself, without its keys
 		// and arguments, may fail in the script's own lines.
-		err := c.FCall(ctx, s.fn, nil).Err()
+		err := c.FCall(ctx, s.fn(), nil).Err()
 		if err != nil {
-			assert.NotContains(t, err.Error(), "global variable", f)
+			assert.NotContains(t, err.Error(), "global variable", s.name)
+			assert.NotContains(t, err.Error(), "Function not found", s.name)
 		}
 	}
-	require.NoError(t, q.loadFunction(ctx, scriptReserve), "loading a library the server holds is no error")
+	require.NoError(t, q.loadLibrary(ctx), "loading the library the server holds is no error")
+	assert.False(t, strings.Contains(library().text, "--"), "no comments")
 }
 
 // The replies that say a call did not run, and may be sent again, are told
@@ -72,27 +72,23 @@ func TestEveryScriptLoadsAsAFunction(t *testing.T) {
 // must not run a second time by SHA.
 func TestFunctionRepliesAreToldApart(t *testing.T) {
 	for _, c := range []struct {
-		reply            string
-		missing, refused bool
+		reply   string
+		missing bool
 	}{
-		{"ERR Function not found", true, false},
-		{"ERR unknown command 'fcall', with args beginning with: 'dq_x' '0' ", false, true},         // Redis 7 without functions: none
-		{"ERR unknown command `fcall`, with args beginning with: `dq_x`, `0`, ", false, true},       // Redis 6, miniredis
-		{"ERR unknown command 'function|load', with args beginning with: ", false, true},            // renamed away
-		{"NOPERM this user has no permissions to run the 'fcall' command", false, true},             // Redis 7.0
-		{"NOPERM User nofn has no permissions to run the 'function|load' command", false, true},     // Redis 7.2
-		{"ERR Unknown command called from script script: dq_x, on @user_function:3.", false, false}, // Valkey 8
-		{"ERR Unknown Redis command called from script script: dq_x", false, false},                 // Redis 7.0
-		{"ERR user_function:12: Script attempted to access nonexistent global variable 'x'", false, false},
-		{"NOPERM No permissions to access a key", false, false},
-		{"ERR The user executing the script can't run this command or subcommand", false, false},
-		{"OOM command not allowed when used memory > 'maxmemory'.", false, false},
-		{"BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.", false, false},
+		{"ERR Function not found", true},
+		{"ERR unknown command 'fcall', with args beginning with: 'dq_x' '0' ", false},
+		{"NOPERM this user has no permissions to run the 'fcall' command", false},
+		{"ERR Unknown command called from script script: dq_x, on @user_function:3.", false}, // Valkey 8
+		{"ERR Unknown Redis command called from script script: dq_x", false},                 // Redis 7.0
+		{"ERR user_function:12: Script attempted to access nonexistent global variable 'x'", false},
+		{"NOPERM No permissions to access a key", false},
+		{"OOM command not allowed when used memory > 'maxmemory'.", false},
+		{"BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.", false},
+		{"NOSCRIPT No matching script. Please use EVAL.", false},
 	} {
 		err := fmt.Errorf("delayqueue: %w", replyError(c.reply))
 		assert.Equal(t, c.missing, functionMissing(err), c.reply)
-		assert.Equal(t, c.refused, functionsRefused(err), c.reply)
-		assert.Equal(t, c.missing || c.refused, notRun(err), c.reply)
+		assert.Equal(t, c.missing || strings.HasPrefix(c.reply, "NOSCRIPT"), notRun(err), c.reply)
 	}
 	assert.False(t, notRun(errors.New("i/o timeout")), "a call without a reply may have run")
 }
@@ -107,7 +103,11 @@ func TestScriptsRunAsFunctionsOnRedis7(t *testing.T) {
 	after := commandCalls(t, c)
 	assert.Zero(t, after["evalsha"]-before["evalsha"], "no script runs by SHA")
 	assert.GreaterOrEqual(t, after["fcall"]-before["fcall"], int64(3), "push, reserve and finish run as functions")
-	assert.Subset(t, libraries(t, c), []string{scriptPush.fn, scriptReserve.fn, scriptFinish.fn})
+	assert.Subset(t, libraries(t, c), []string{library().name})
+
+	// A process opened where the library is loaded already sends it no more.
+	newQueue(t, c, WithName(q.opts.name))
+	assert.Equal(t, after["function|load"], commandCalls(t, c)["function|load"])
 }
 
 // A server that lost the functions (FUNCTION FLUSH, or a restart without
@@ -121,7 +121,7 @@ func TestAServerThatLostTheFunctionsIsSentThemAgain(t *testing.T) {
 		require.NoError(t, c.FunctionFlush(ctx).Err())
 		require.Empty(t, libraries(t, c))
 		roundTrip(t, q, "t")
-		assert.Subset(t, libraries(t, c), []string{scriptPush.fn, scriptReserve.fn, scriptFinish.fn})
+		assert.Subset(t, libraries(t, c), []string{library().name})
 		assert.True(t, q.usesFunctions(), "still run as functions")
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -141,7 +141,7 @@ func TestAServerThatLostTheFunctionsIsSentThemAgain(t *testing.T) {
 			require.NoError(t, q.Finish(ctx, job.ID))
 		}
 		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			assert.Contains(t, libraries(t, m), scriptPush.fn, "every master has it again")
+			assert.Contains(t, libraries(t, m), library().name, "every master has it again")
 			return nil
 		}))
 		assert.True(t, q.usesFunctions(), "still run as functions")
@@ -178,7 +178,7 @@ func TestAFullServerWithoutTheFunctionsStillDrains(t *testing.T) {
 	ids := fillRedis(t, q, "t", 0)
 	require.NotEmpty(t, ids)
 	require.NoError(t, c.FunctionFlush(ctx).Err())
-	err := c.FunctionLoad(ctx, scriptReserve.lib).Err()
+	err := c.FunctionLoad(ctx, library().text).Err()
 	require.Error(t, err)
 	require.True(t, strings.HasPrefix(err.Error(), "OOM"), "Redis is full: %v", err)
 	for range 50 {
@@ -191,7 +191,7 @@ func TestAFullServerWithoutTheFunctionsStillDrains(t *testing.T) {
 	q.functionsOff.Store(0)                                      // the pause is over
 	roundTrip(t, q, "u")
 	assert.True(t, q.usesFunctions(), "with room again, the scripts run as functions")
-	assert.Contains(t, libraries(t, c), scriptReserve.fn)
+	assert.Contains(t, libraries(t, c), library().name)
 }
 
 // loadElsewhere answers FUNCTION LOAD without sending it, as a client

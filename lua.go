@@ -51,9 +51,10 @@ var (
 // it gets the plain form.
 type luaScript struct {
 	flagged, plain *redis.Script
-	// fn names the script's function, and lib is the library that
-	// defines it (functionOf).
-	fn, lib string
+	// name is the file's name without ".lua"; flags its flags line, body
+	// its own code, and includes the library files it names.
+	name, flags, body string
+	includes          []string
 }
 
 // on returns the form a server takes.
@@ -72,11 +73,18 @@ func loadScript(name string) *luaScript {
 		panic(err)
 	}
 	code := joinCode(libs, body)
-	fn, lib := functionOf(flags, libs, body)
-	s := &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code), fn: fn, lib: lib}
-	ourFunctions[fn] = true
+	src, _ := fs.ReadFile(scriptFiles, "scripts/"+name) // read by assembleParts
+	_, own, _ := strings.Cut(string(src), "\n")
+	includes, _ := cutIncludes(own)
+	s := &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code),
+		name: strings.TrimSuffix(name, ".lua"), flags: flags, body: body, includes: includes}
+	allScripts = append(allScripts, s)
 	return s
 }
+
+// allScripts are the scripts loadScript made, in order: the functions of
+// the library (functions.go).
+var allScripts []*luaScript
 
 // isCompileError reports whether err is a server's refusal to compile a
 // script, as miniredis refuses a flags line.
@@ -159,16 +167,37 @@ func includedLibs(files fs.FS, name, src string) (libs, body string, err error) 
 	return strings.Join(parts, "\n"), body, nil
 }
 
-// withoutComments returns Lua code without its blank lines and the lines
-// that are a comment alone.
+// withoutComments returns Lua code without its comments and blank lines.
+// The scripts use no long strings or long comments ([[ ]]).
 func withoutComments(code string) string {
 	var kept []string
 	for _, line := range strings.Split(code, "\n") {
-		if s := strings.TrimSpace(line); s != "" && !strings.HasPrefix(s, "--") {
-			kept = append(kept, line)
+		if s := strings.TrimRight(codeOf(line), " \t"); strings.TrimSpace(s) != "" {
+			kept = append(kept, s)
 		}
 	}
 	return strings.Join(kept, "\n")
+}
+
+// codeOf returns line up to the comment it ends with: the first "--" not
+// inside a quoted string.
+func codeOf(line string) string {
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case quote != 0 && c == '\\':
+			i++ // an escaped character
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && i+1 < len(line) && line[i+1] == '-':
+			return line[:i]
+		}
+	}
+	return line
 }
 
 // cutIncludes returns the libraries named by the include lines that open

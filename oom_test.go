@@ -51,6 +51,7 @@ func fillRedis(t *testing.T, q *DelayQueue, topic string, delay time.Duration) [
 				job := &Job{ID: fmt.Sprintf("%s-top-%d", topic, i), Topic: topic, Body: body, Delay: delay}
 				if _, err := q.Push(ctx, job); err != nil {
 					require.ErrorIs(t, err, ErrOutOfMemory)
+					holdFull(t, q.client)
 					return ids
 				}
 				ids = append(ids, job.ID)
@@ -64,12 +65,22 @@ func fillRedis(t *testing.T, q *DelayQueue, topic string, delay time.Duration) [
 	}
 }
 
+// holdFull keeps a server that refused a write full: its limit goes half
+// a megabyte below what it uses, so that memory Redis frees by itself (a
+// client's query buffer it shrinks once the client is idle) makes no room
+// for a write.
+func holdFull(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	used := usedMemory(t, c)
+	require.NoError(t, c.ConfigSet(context.Background(), "maxmemory", strconv.FormatInt(used-512<<10, 10)).Err())
+}
+
 // startFull starts a redis-server that refuses writes past 20 MB.
 func startFull(t *testing.T) *redis.Client {
 	return redistest.Start(t, "--maxmemory", "20mb", "--maxmemory-policy", "noeviction").Client(t)
 }
 
-func usedMemory(t *testing.T, c *redis.Client) int64 {
+func usedMemory(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
 	info, err := c.Info(context.Background(), "memory").Result()
 	require.NoError(t, err)

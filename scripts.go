@@ -74,20 +74,16 @@ func (q *DelayQueue) sendCalls(ctx context.Context, calls []*scriptCall) {
 		functions := q.usesFunctions()
 		for _, c := range calls {
 			if functions {
-				c.cmd = pipe.FCall(ctx, c.script.fn, c.keys, c.args...)
+				c.cmd = pipe.FCall(ctx, c.script.fn(), c.keys, c.args...)
 			} else {
 				c.cmd = c.script.on(q.plain).EvalSha(ctx, pipe, c.keys, c.args...)
 			}
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per call below
 		for _, c := range calls {
-			if functionsRefused(c.cmd.Err()) {
-				q.pauseFunctions() // the calls below go by SHA at once
-			}
 			if notRun(c.cmd.Err()) {
 				// The server has not seen the script or its function yet
-				// (or restarted), or refuses functions: runScript loads
-				// it, or runs it by SHA.
+				// (or restarted): runScript loads it, or runs it by SHA.
 				c.cmd = q.runScript(ctx, c.script, c.keys, c.args...)
 			}
 		}
