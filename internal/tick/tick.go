@@ -97,11 +97,7 @@ func (s Spec) Next(ms int64) (int64, error) {
 		return (ms/s.every + 1) * s.every, nil
 	}
 	if s.wildHour {
-		n := s.cron.Next(time.UnixMilli(ms).In(s.loc))
-		if n.IsZero() {
-			return None, nil
-		}
-		return n.UnixMilli(), nil
+		return s.nextReal(ms)
 	}
 	// Matches are found on the wall clock (held as UTC, so that the parser
 	// knows no jump), in order; the moments they tick at never go back, so
@@ -121,6 +117,37 @@ func (s Spec) Next(ms int64) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("cron %q in %v: more than %d matches fall on moments before %v", s.expr, s.loc, MaxSteps, time.UnixMilli(ms).In(s.loc))
+}
+
+// nextReal is Next for an expression whose hour is "*": it ticks at every
+// moment whose wall clock reading matches, in real time (twice for a
+// reading the clock repeats, never for one it skips). Matches are walked
+// on the wall clock from the least reading a moment after ms can show,
+// until no later match can be read before the earliest tick found.
+func (s Spec) nextReal(ms int64) (int64, error) {
+	sec := floorDiv(ms, 1000)
+	least := min(s.offset(sec-day), s.offset(sec), s.offset(sec+day))
+	w := time.Unix(sec+least-1, 0).UTC()
+	best := int64(None)
+	for range MaxSteps {
+		if w = s.cron.Next(w); w.IsZero() {
+			return best, nil
+		}
+		r := w.Unix()
+		offsets := [...]int64{s.offset(r - day), s.offset(r), s.offset(r + day)}
+		if best != None && r-max(offsets[0], offsets[1], offsets[2]) >= best/1000 {
+			return best, nil
+		}
+		for _, o := range offsets {
+			if x := r - o; s.offset(x) == o && x*1000 > ms && (best == None || x*1000 < best) {
+				best = x * 1000
+			}
+		}
+	}
+	if best != None {
+		return best, nil
+	}
+	return 0, fmt.Errorf("cron %q in %v: no tick within %d matches after %v", s.expr, s.loc, MaxSteps, time.UnixMilli(ms).In(s.loc))
 }
 
 // Count returns how many ticks fall after from and not after to, up to

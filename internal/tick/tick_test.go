@@ -57,3 +57,42 @@ func TestCronTicksInItsLocationAndOnceOnDSTDays(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(180_000), next)
 }
+
+// An expression whose hour is "*" ticks at every moment whose clock reads a
+// match, where the clock jumps at midnight too, and ends on a day a zone
+// skipped.
+func TestWildHourTicksAtEveryReadingThatMatches(t *testing.T) {
+	load := func(name string) *time.Location {
+		loc, err := time.LoadLocation(name)
+		require.NoError(t, err)
+		return loc
+	}
+	cairo, beirut, berlin, apia := load("Africa/Cairo"), load("Asia/Beirut"), load("Europe/Berlin"), load("Pacific/Apia")
+	for _, c := range []struct {
+		expr  string
+		loc   *time.Location
+		after time.Time
+		want  []string
+	}{
+		// Cairo's clock jumps from 00:00 to 01:00 on 2026-04-24.
+		{"0 * 24 4 *", cairo, time.Date(2026, 4, 23, 12, 0, 0, 0, time.UTC), []string{"2026-04-24 01:00 EEST", "2026-04-24 02:00 EEST"}},
+		{"30 * * * 5", cairo, time.Date(2026, 4, 23, 12, 0, 0, 0, time.UTC), []string{"2026-04-24 01:30 EEST", "2026-04-24 02:30 EEST"}},
+		// Beirut's jumps from 00:00 to 01:00 on 2026-03-29.
+		{"0 * * * 0", beirut, time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC), []string{"2026-03-29 01:00 EEST", "2026-03-29 02:00 EEST"}},
+		// Berlin's repeats 02:00-03:00 on 2026-10-25: both readings tick.
+		{"0 * * * *", berlin, time.Date(2026, 10, 24, 23, 30, 0, 0, time.UTC), []string{"2026-10-25 02:00 CEST", "2026-10-25 02:00 CET", "2026-10-25 03:00 CET"}},
+		// Apia skipped 2011-12-30 altogether.
+		{"0 * 30 12 *", apia, time.Date(2011, 12, 28, 12, 0, 0, 0, time.UTC), []string{"2012-12-30 00:00 +14"}},
+	} {
+		spec, err := Parse(0, c.expr, c.loc)
+		require.NoError(t, err)
+		ms := c.after.UnixMilli()
+		var got []string
+		for range c.want {
+			ms, err = spec.Next(ms)
+			require.NoError(t, err, c.expr)
+			got = append(got, time.UnixMilli(ms).In(c.loc).Format("2006-01-02 15:04 MST"))
+		}
+		assert.Equal(t, c.want, got, "%s in %v", c.expr, c.loc)
+	}
+}
