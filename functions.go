@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -37,21 +39,30 @@ const functionPrefix = "dq_"
 // not use its function, before they are tried as functions again.
 const functionsPause = time.Minute
 
-// functionLibrary is this version's library: its name and its text.
-type functionLibrary struct{ name, text string }
+// functionLibrary is this version's library: its name, its text, and the
+// name of each script's function.
+type functionLibrary struct {
+	name, text string
+	fns        map[*luaScript]string
+}
 
-// library returns the library of every script (allScripts), built once.
-// Its helpers are defined on the first call of any of its functions
+// library returns the library of every script (allScripts) and every
+// library file they include (scripts/lib), built once. Its helpers are
+// defined on the first call of any of its functions
 // (Redis 7.0 lets a library's own code, when loaded, reach no global but
 // redis), each library file once, and kept for the calls after; each
 // script's own lines become a function of KEYS and ARGV. Each function
 // has its script's flags.
 var library = sync.OnceValue(func() functionLibrary {
-	var includes []string
-	for _, s := range allScripts {
-		includes = append(includes, s.includes...)
+	files, err := fs.Glob(scriptFiles, "scripts/lib/*.lua")
+	if err != nil {
+		panic(err)
 	}
-	helpers, _, err := includedLibs(scriptFiles, "the library", includeLine+strings.Join(includes, " ")+"\n")
+	var libs []string
+	for _, f := range files {
+		libs = append(libs, strings.TrimSuffix(path.Base(f), ".lua"))
+	}
+	helpers, _, err := includedLibs(scriptFiles, "the library", includeLine+strings.Join(libs, " ")+"\n")
 	if err != nil {
 		panic(err)
 	}
@@ -75,11 +86,15 @@ var library = sync.OnceValue(func() functionLibrary {
 	}
 	sum := sha1.Sum([]byte(b.String()))
 	name := functionPrefix + hex.EncodeToString(sum[:])
-	return functionLibrary{name: name, text: strings.ReplaceAll(b.String(), unnamed, name)}
+	fns := make(map[*luaScript]string, len(allScripts))
+	for _, s := range allScripts {
+		fns[s] = name + "_" + s.name
+	}
+	return functionLibrary{name: name, text: strings.ReplaceAll(b.String(), unnamed, name), fns: fns}
 })
 
 // fn is the name of s's function in the library.
-func (s *luaScript) fn() string { return library().name + "_" + s.name }
+func (s *luaScript) fn() string { return library().fns[s] }
 
 // loadFunctions loads the library on every server (eachServer) that does
 // not hold it yet, and has the scripts run as functions when every server

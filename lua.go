@@ -51,10 +51,9 @@ var (
 // it gets the plain form.
 type luaScript struct {
 	flagged, plain *redis.Script
-	// name is the file's name without ".lua"; flags its flags line, body
-	// its own code, and includes the library files it names.
+	// name is the file's name without ".lua", flags its flags line and
+	// body its own code: what the function library is made of.
 	name, flags, body string
-	includes          []string
 }
 
 // on returns the form a server takes.
@@ -73,11 +72,8 @@ func loadScript(name string) *luaScript {
 		panic(err)
 	}
 	code := joinCode(libs, body)
-	src, _ := fs.ReadFile(scriptFiles, "scripts/"+name) // read by assembleParts
-	_, own, _ := strings.Cut(string(src), "\n")
-	includes, _ := cutIncludes(own)
 	s := &luaScript{flagged: redis.NewScript(flags + "\n" + code), plain: redis.NewScript(code),
-		name: strings.TrimSuffix(name, ".lua"), flags: flags, body: body, includes: includes}
+		name: strings.TrimSuffix(name, ".lua"), flags: flags, body: body}
 	allScripts = append(allScripts, s)
 	return s
 }
